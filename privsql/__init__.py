@@ -1,0 +1,43 @@
+"""privsql: differentially private SQL over DuckDB tables and Parquet files.
+
+    import privsql
+    db = privsql.connect("shop.duckdb", budget=3.0)
+    db.protect("orders", privacy_unit="user_id", bounds={"amount": (0, 500)})
+    db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
+"""
+
+from privsql.ledger import BudgetExceeded, Charge
+from privsql.result import Result
+from privsql.session import Budget, Explanation, Session, connect
+from rewriter.errors import (
+    InvalidOption,
+    InvalidPrivacyUnit,
+    MissingBounds,
+    MissingPrivacyUnit,
+    NonDPAggregate,
+    NonPrivateOutput,
+    PrivacyError,
+    QuerySyntaxError,
+    StatementNotAllowed,
+    UnsupportedQuery,
+)
+
+__all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "Charge",
+    "Explanation",
+    "InvalidOption",
+    "InvalidPrivacyUnit",
+    "MissingBounds",
+    "MissingPrivacyUnit",
+    "NonDPAggregate",
+    "NonPrivateOutput",
+    "PrivacyError",
+    "QuerySyntaxError",
+    "Result",
+    "Session",
+    "StatementNotAllowed",
+    "UnsupportedQuery",
+    "connect",
+]

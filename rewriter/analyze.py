@@ -1,0 +1,501 @@
+"""Analysis: which sources are private, which columns reach which aggregate, what is refused.
+
+Every refusal of SPEC section 2 that can be decided from the SQL text and the
+catalogue happens here, before any private data is read. The result is an
+``Analysis``: the private source and its unit, the GROUP BY keys (and the public
+domain of each key where one is known), and the DP aggregates the query uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from rewriter.catalog import Bounds, Catalog
+from rewriter.dialect import PrivSQL, to_sql
+from rewriter.errors import (
+    InvalidOption,
+    InvalidPrivacyUnit,
+    MissingBounds,
+    MissingPrivacyUnit,
+    NonDPAggregate,
+    NonPrivateOutput,
+    QuerySyntaxError,
+    StatementNotAllowed,
+    UnsupportedQuery,
+)
+from rewriter.expressions import Clamped, PrivacyUnit
+from rewriter.options import PrivacyOptions, read_options
+
+FILE_READERS = frozenset({"read_parquet", "parquet_scan", "read_csv", "read_csv_auto"})
+"""Table functions that read files; their rows are private."""
+
+FORBIDDEN_FUNCTIONS = frozenset(
+    {"getvariable", "current_setting", "query", "query_table", "read_text", "read_blob"}
+)
+"""Scalar functions that read session state or data behind the analyser's back."""
+
+
+class AggregateKind:
+    """The DP aggregates of this version, by what they measure."""
+
+    COUNT_ROWS = "count_rows"
+    COUNT_VALUES = "count_values"
+    COUNT_UNITS = "count_units"
+    SUM = "sum"
+    AVG = "avg"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One DP aggregate as the analyst wrote it, with its row-level argument and bounds."""
+
+    node: exp.Expr
+    kind: str
+    argument: exp.Expr | None = None
+    bounds: Bounds | None = None
+
+
+@dataclass(frozen=True)
+class Key:
+    """A GROUP BY key and, when its values are public, the query listing them."""
+
+    expression: exp.Expr
+    domain: exp.Query | None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A query that passed every check, described for the planner."""
+
+    select: exp.Select
+    options: PrivacyOptions
+    source: exp.Table
+    unit: exp.Column
+    keys: tuple[Key, ...]
+    aggregates: tuple[Aggregate, ...]
+    sources: tuple[exp.Table, ...]
+
+
+@dataclass(frozen=True)
+class PublicQuery:
+    """A query that reads only public data: it runs exactly as written, for free."""
+
+    select: exp.Query
+
+
+def parse(sql: str) -> exp.Expr:
+    """Parse one privsql statement, refusing anything that is not a single SELECT."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=PrivSQL) if s is not None]
+    except ParseError as error:
+        raise QuerySyntaxError(_first_line(error)) from None
+    if len(statements) != 1:
+        raise StatementNotAllowed("send exactly one SELECT statement")
+    statement = statements[0]
+    if isinstance(statement, exp.SetOperation):
+        raise StatementNotAllowed("set operations (UNION, INTERSECT, EXCEPT) are not allowed")
+    if not isinstance(statement, exp.Select):
+        kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
+        raise StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
+    return statement
+
+
+def _first_line(error: ParseError) -> str:
+    return str(error).splitlines()[0]
+
+
+def analyze(
+    sql: str,
+    catalog: Catalog,
+    keys: Mapping[str, Sequence[object]] | None = None,
+) -> Analysis | PublicQuery:
+    """Check a query against every rule and describe it for planning.
+
+    ``keys`` lists public values for GROUP BY keys by output name, for this query.
+    """
+    select = parse(sql)
+    _refuse_forbidden(select, catalog)
+    private = _private_sources(select, catalog)
+    clause = select.args.get("privacy")
+    for nested in select.find_all(PrivacyUnit):
+        if nested is not clause:
+            raise InvalidOption("PRIVACY_UNIT belongs to the outermost SELECT")
+    if not private:
+        if clause is not None:
+            raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
+        if any(select.find_all(Clamped)):
+            raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
+        return PublicQuery(select)
+    if clause is None:
+        raise MissingPrivacyUnit("the query reads private data: add PRIVACY_UNIT <column>")
+    options = read_options(clause)
+    source = _single_source(private, select)
+    unit = _resolve_unit(options.unit, source, catalog)
+    _refuse_shapes(select)
+    key_nodes = _group_keys(select)
+    aggregates = _aggregates(select, unit, source, catalog)
+    _refuse_raw_outputs(select, key_nodes)
+    domains = _key_domains(select, key_nodes, source, catalog, keys or {})
+    query = select.copy()
+    query.set("privacy", None)
+    return Analysis(
+        select=query,
+        options=options,
+        source=source,
+        unit=unit,
+        keys=tuple(Key(k, d) for k, d in zip(key_nodes, domains, strict=True)),
+        aggregates=aggregates,
+        sources=tuple(_sources(select)),
+    )
+
+
+def _function_name(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    return node.sql_name().lower() if isinstance(node, exp.Func) else node.key
+
+
+def _refuse_forbidden(select: exp.Select, catalog: Catalog) -> None:
+    for func in select.find_all(exp.Func):
+        name = _function_name(func)
+        if name in FORBIDDEN_FUNCTIONS:
+            raise StatementNotAllowed(f"function {name} is not allowed in privsql queries")
+    for table in select.find_all(exp.Table):
+        if table.db.lower() == catalog.reserved_schema.lower():
+            raise StatementNotAllowed(f"schema {catalog.reserved_schema} is privsql's own")
+
+
+def _cte_names(select: exp.Select) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)}
+
+
+def _sources(select: exp.Select) -> list[exp.Table]:
+    """Every table or file the query reads (CTE references and ``range`` excluded)."""
+    ctes = _cte_names(select)
+    return [
+        t
+        for t in select.find_all(exp.Table)
+        if not isinstance(t.this, exp.GenerateSeries)
+        and (isinstance(t.this, exp.Func) or t.db or t.name.lower() not in ctes)
+    ]
+
+
+def _private_sources(select: exp.Select, catalog: Catalog) -> list[exp.Table]:
+    """Every source in the query that is not declared public; unknown table functions refused."""
+    private = []
+    for table in _sources(select):
+        if isinstance(table.this, exp.Func):
+            name = _function_name(table.this)
+            if name not in FILE_READERS:
+                raise StatementNotAllowed(f"table function {name} is not allowed")
+            private.append(table)
+        elif table.name.lower() not in catalog.public:
+            private.append(table)
+    return private
+
+
+def _single_source(private: list[exp.Table], select: exp.Select) -> exp.Table:
+    if len(private) > 1:
+        raise UnsupportedQuery(
+            "a query may read one private source; join private sources on the unit "
+            "is not supported yet"
+        )
+    source = private[0]
+    if source.find_ancestor(exp.Select) is not select or source.find_ancestor(exp.Subquery):
+        raise UnsupportedQuery("private data may only be read in the outermost FROM clause")
+    return source
+
+
+def _source_sql(source: exp.Table) -> str:
+    bare = source.copy()
+    bare.set("alias", None)
+    return bare.sql(dialect="duckdb")
+
+
+def _source_label(source: exp.Table) -> str:
+    return source.alias_or_name if not isinstance(source.this, exp.Func) else source.alias
+
+
+def _resolve_unit(unit: exp.Column, source: exp.Table, catalog: Catalog) -> exp.Column:
+    columns = {c.lower(): c for c in catalog.columns(_source_sql(source))}
+    label = _source_label(source)
+    if unit.table and unit.table.lower() != (label or "").lower():
+        raise InvalidPrivacyUnit(f"{unit.sql()} is not a column of the private source")
+    if unit.name.lower() not in columns:
+        raise InvalidPrivacyUnit(f"{unit.name} is not a column of the private source")
+    protection = catalog.protected.get(source.name.lower()) if not isinstance(
+        source.this, exp.Func
+    ) else None
+    if protection and protection.privacy_unit.lower() != unit.name.lower():
+        raise InvalidPrivacyUnit(
+            f"the owner of {source.name} declared its privacy unit as "
+            f"{protection.privacy_unit}, not {unit.name}"
+        )
+    return exp.column(columns[unit.name.lower()], table=label, quoted=True)
+
+
+def _refuse_shapes(select: exp.Select) -> None:
+    if select.args.get("distinct"):
+        raise UnsupportedQuery("SELECT DISTINCT over private data is not allowed")
+    if any(select.find_all(exp.Window)) or select.args.get("qualify"):
+        raise UnsupportedQuery("window functions over private data are not allowed")
+    if select.args.get("sample") or any(select.find_all(exp.TableSample)):
+        raise UnsupportedQuery("sampling private data is not allowed")
+    if any(not isinstance(star.parent, exp.Count) for star in select.find_all(exp.Star)):
+        raise NonPrivateOutput("SELECT * would output private rows; select aggregates instead")
+    if any(select.find_all(exp.Lateral)):
+        raise UnsupportedQuery("LATERAL over private data is not allowed")
+    group = select.args.get("group")
+    if group and (
+        group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
+    ):
+        raise UnsupportedQuery("GROUPING SETS, ROLLUP and CUBE are not allowed over private data")
+    if group and group.args.get("all"):
+        raise UnsupportedQuery("GROUP BY ALL is not allowed: name the keys")
+
+
+def _group_keys(select: exp.Select) -> list[exp.Expr]:
+    group = select.args.get("group")
+    if not group:
+        return []
+    aliases = {s.alias.lower(): s.unalias() for s in select.expressions if s.alias}
+    keys: list[exp.Expr] = []
+    for node in group.expressions:
+        if isinstance(node, exp.Literal) and not node.is_string:
+            position = int(node.this)
+            if not 1 <= position <= len(select.expressions):
+                raise UnsupportedQuery(f"GROUP BY {position} is out of range")
+            node = select.expressions[position - 1].unalias()
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            node = aliases[node.name.lower()]
+        if any(node.find_all(exp.AggFunc)) or any(node.find_all(exp.Subquery)):
+            raise UnsupportedQuery("GROUP BY keys may not contain aggregates or subqueries")
+        keys.append(node)
+    return keys
+
+
+def _output_expressions(select: exp.Select) -> list[exp.Expr]:
+    outputs = list(select.expressions)
+    for arg in ("having", "order"):
+        if select.args.get(arg) is not None:
+            outputs.append(select.args[arg])
+    return outputs
+
+
+def _is_aggregate(node: exp.Expr, catalog: Catalog) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in catalog.aggregates
+
+
+def _aggregates(
+    select: exp.Select, unit: exp.Column, source: exp.Table, catalog: Catalog
+) -> tuple[Aggregate, ...]:
+    found: dict[str, Aggregate] = {}
+    for output in _output_expressions(select):
+        for node in output.find_all(exp.Func):
+            if not _is_aggregate(node, catalog) or node.find_ancestor(exp.AggFunc):
+                continue
+            aggregate = _classify(node, unit, source, catalog)
+            found.setdefault(to_sql(node), aggregate)
+    for where in (select.args.get("where"), *[j.args.get("on") for j in select.args.get("joins") or []]):
+        if where is not None and any(_is_aggregate(n, catalog) for n in where.find_all(exp.Func)):
+            raise UnsupportedQuery("aggregates are not allowed in WHERE or ON")
+    return tuple(found.values())
+
+
+def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog) -> Aggregate:
+    name = _function_name(node).upper()
+    for inner in node.find_all(exp.Func):
+        if inner is not node and _is_aggregate(inner, catalog):
+            raise NonDPAggregate(f"aggregates nested inside {name} are not allowed")
+    if any(node.find_all(exp.Subquery)):
+        raise UnsupportedQuery(f"subqueries inside {name} are not allowed")
+    if isinstance(node.parent, exp.Filter):
+        raise UnsupportedQuery(f"{name} ... FILTER (WHERE ...) is not supported: use WHERE")
+    if isinstance(node, exp.Count):
+        return _classify_count(node, unit)
+    if isinstance(node, (exp.Sum, exp.Avg)):
+        kind = AggregateKind.SUM if isinstance(node, exp.Sum) else AggregateKind.AVG
+        argument, bounds = _bounded_argument(node.this, name, source, catalog)
+        return Aggregate(node, kind, argument, bounds)
+    if isinstance(node, (exp.Quantile, exp.Median, exp.Stddev, exp.Variance)) or name in {
+        "PERCENTILE_CONT",
+        "STDDEV_SAMP",
+        "STDDEV_POP",
+        "VAR_SAMP",
+        "VAR_POP",
+    }:
+        raise UnsupportedQuery(f"{name} is not supported yet; use COUNT, SUM or AVG")
+    raise NonDPAggregate(f"{name} has no differentially private version; use COUNT, SUM or AVG")
+
+
+def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
+    this = node.this
+    if isinstance(this, Clamped):
+        raise InvalidOption("COUNT takes no CLAMPED bounds")
+    if isinstance(this, exp.Star) or this is None:
+        return Aggregate(node, AggregateKind.COUNT_ROWS)
+    if isinstance(this, exp.Distinct):
+        targets = this.expressions
+        if len(targets) == 1 and isinstance(targets[0], exp.Column) and targets[0].name.lower() == unit.name.lower():
+            return Aggregate(node, AggregateKind.COUNT_UNITS)
+        raise NonDPAggregate("COUNT(DISTINCT ...) is only allowed on the privacy unit")
+    return Aggregate(node, AggregateKind.COUNT_VALUES, argument=this)
+
+
+def _bounded_argument(
+    argument: exp.Expr, name: str, source: exp.Table, catalog: Catalog
+) -> tuple[exp.Expr, Bounds]:
+    if isinstance(argument, Clamped):
+        low, high = _constant(argument.args["low"]), _constant(argument.args["high"])
+        if low is None or high is None:
+            raise InvalidOption(f"the bounds of {name} must be numeric constants")
+        if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+            raise InvalidOption(f"the bounds of {name} must be finite with low <= high")
+        return argument.this, (low, high)
+    protection = (
+        catalog.protected.get(source.name.lower()) if not isinstance(source.this, exp.Func) else None
+    )
+    if isinstance(argument, exp.Column) and protection:
+        declared = {c.lower(): b for c, b in protection.bounds.items()}
+        if argument.name.lower() in declared:
+            return argument, declared[argument.name.lower()]
+    raise MissingBounds(f"{name} needs bounds: write {name}(x CLAMPED BETWEEN low AND high)")
+
+
+def _constant(node: exp.Expr) -> float | None:
+    if isinstance(node, exp.Paren):
+        return _constant(node.this)
+    if isinstance(node, exp.Neg):
+        value = _constant(node.this)
+        return None if value is None else -value
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return float(node.this)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        left, right = _constant(node.this), _constant(node.expression)
+        if left is None or right is None:
+            return None
+        if isinstance(node, exp.Add):
+            return left + right
+        if isinstance(node, exp.Sub):
+            return left - right
+        if isinstance(node, exp.Mul):
+            return left * right
+        return left / right if right else None
+    return None
+
+
+def _refuse_raw_outputs(select: exp.Select, keys: list[exp.Expr]) -> None:
+    """Every column read outside a DP aggregate must be (part of) a GROUP BY key."""
+    aliases = {s.alias.lower() for s in select.expressions if s.alias}
+    for position, output in enumerate(_output_expressions(select)):
+        may_use_aliases = position >= len(select.expressions)
+        for column in _exposed_columns(output.unalias(), keys):
+            if may_use_aliases and not column.table and column.name.lower() in aliases:
+                continue
+            raise NonPrivateOutput(
+                f"{column.sql(dialect='duckdb')} is read outside a DP aggregate and is not "
+                "a GROUP BY key"
+            )
+
+
+def _exposed_columns(node: exp.Expr, keys: list[exp.Expr]) -> Iterator[exp.Column]:
+    """Columns of ``node`` that are neither inside an aggregate nor part of a key."""
+    if isinstance(node, exp.AggFunc) or any(node == key for key in keys):
+        return
+    if isinstance(node, exp.Column):
+        yield node
+        return
+    for child in node.iter_expressions():
+        yield from _exposed_columns(child, keys)
+
+
+def _key_domains(
+    select: exp.Select,
+    keys: list[exp.Expr],
+    source: exp.Table,
+    catalog: Catalog,
+    query_keys: Mapping[str, Sequence[object]],
+) -> list[exp.Query | None]:
+    """The public values of each key: from this query's key list, the owner, or a public table."""
+    names = _key_names(select, keys)
+    protection = (
+        catalog.protected.get(source.name.lower()) if not isinstance(source.this, exp.Func) else None
+    )
+    declared = {c.lower(): v for c, v in (protection.keys.items() if protection else [])}
+    given = {c.lower(): v for c, v in query_keys.items()}
+    public_tables = _public_tables(select, catalog)
+    domains: list[exp.Query | None] = []
+    for key, name in zip(keys, names, strict=True):
+        values = given.get(name) if name else None
+        if values is None and isinstance(key, exp.Column) and _belongs_to(key, source, catalog):
+            values = declared.get(key.name.lower())
+        if values is not None:
+            domains.append(_values_query(values))
+            continue
+        domains.append(_public_column_domain(key, public_tables, catalog))
+    unknown = set(given) - {n for n in names if n}
+    if unknown:
+        raise InvalidOption(f"keys given for {', '.join(sorted(unknown))}, which is not a GROUP BY key")
+    return domains
+
+
+def _key_names(select: exp.Select, keys: list[exp.Expr]) -> list[str | None]:
+    names: list[str | None] = []
+    for key in keys:
+        name = None
+        for item in select.expressions:
+            if item.unalias() == key:
+                name = item.alias_or_name.lower()
+                break
+        if name is None and isinstance(key, exp.Column):
+            name = key.name.lower()
+        names.append(name)
+    return names
+
+
+def _belongs_to(column: exp.Column, source: exp.Table, catalog: Catalog) -> bool:
+    label = (_source_label(source) or "").lower()
+    if column.table:
+        return column.table.lower() == label
+    return column.name.lower() in {c.lower() for c in catalog.columns(_source_sql(source))}
+
+
+def _public_tables(select: exp.Select, catalog: Catalog) -> dict[str, exp.Table]:
+    tables = {}
+    for table in select.find_all(exp.Table):
+        if table.find_ancestor(exp.Select) is select and table.name.lower() in catalog.public:
+            tables[table.alias_or_name.lower()] = table
+    return tables
+
+
+def _public_column_domain(
+    key: exp.Expr, tables: dict[str, exp.Table], catalog: Catalog
+) -> exp.Query | None:
+    if not isinstance(key, exp.Column):
+        return None
+    candidates = (
+        [tables[key.table.lower()]] if key.table and key.table.lower() in tables else []
+    ) or [
+        t
+        for t in tables.values()
+        if not key.table and key.name.lower() in {c.lower() for c in catalog.columns(t.name)}
+    ]
+    if len(candidates) != 1:
+        return None
+    table = exp.table_(candidates[0].name, db=candidates[0].db or None, quoted=True)
+    return exp.select(exp.column(key.name, quoted=True)).distinct().from_(table)
+
+
+def _values_query(values: Sequence[object]) -> exp.Query:
+    if not values:
+        raise InvalidOption("a public key list must not be empty")
+    rows = [exp.tuple_(exp.convert(v)) for v in dict.fromkeys(values)]
+    return exp.select("*").from_(exp.Values(expressions=rows, alias=exp.TableAlias(this=exp.to_identifier("v"))))

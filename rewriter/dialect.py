@@ -1,0 +1,136 @@
+"""The privsql SQL dialect: DuckDB SQL plus the ``PRIVACY_UNIT`` clause and ``CLAMPED``.
+
+The dialect is data on top of sqlglot's DuckDB dialect: one clause parser and two
+generator entries. ``PRIVACY_UNIT`` may stand anywhere among a SELECT's modifiers
+after FROM (before or after WHERE, GROUP BY, HAVING, ORDER BY, LIMIT); it is kept
+in the SELECT's ``privacy`` arg and generated after HAVING. The clause words are
+reserved as table aliases so ``FROM t PRIVACY_UNIT u`` never reads ``PRIVACY_UNIT``
+as an alias of ``t``.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.errors import ParseError
+from sqlglot.generators.duckdb import DuckDBGenerator
+from sqlglot.parsers.duckdb import DuckDBParser
+from sqlglot.tokens import TokenType
+
+from rewriter.expressions import Bound, Clamped, PrivacyUnit
+
+CLAUSE = "PRIVACY_UNIT"
+STRATEGIES = ("ROWS", "WEIGHTS", "CLIP", "AUTO")
+OPTIONS = ("BOUND", "MAX_GROUPS", "EPSILON", "DELTA")
+
+
+class PrivSQLParser(DuckDBParser):
+    """DuckDB's parser, taught the privacy clause and clamped aggregate arguments."""
+
+    def _parse_table_alias(self, alias_tokens=None):  # type: ignore[no-untyped-def]
+        if self._curr and self._curr.text.upper() == CLAUSE:
+            return None
+        return super()._parse_table_alias(alias_tokens)
+
+    def _parse_query_modifiers(self, this):  # type: ignore[no-untyped-def]
+        this = super()._parse_query_modifiers(this)
+        while isinstance(this, exp.Select) and self._match_text_seq(CLAUSE):
+            if this.args.get("privacy"):
+                self.raise_error(f"Found multiple '{CLAUSE}' clauses")
+            this.set("privacy", self._parse_privacy_unit())
+            this = super()._parse_query_modifiers(this)
+        return this
+
+    def _parse_privacy_unit(self) -> PrivacyUnit:
+        unit = self._parse_column()
+        if unit is None:
+            self.raise_error(f"{CLAUSE} needs a column")
+        clause = PrivacyUnit(this=unit)
+        while self._curr and self._curr.text.upper() in OPTIONS:
+            option = self._curr.text.upper()
+            self._advance()
+            key = option.lower()
+            if clause.args.get(key) is not None:
+                raise ParseError(f"{option} given twice in {CLAUSE}")
+            clause.set(key, self._parse_bound() if option == "BOUND" else self._parse_number())
+        return clause
+
+    def _parse_bound(self) -> Bound:
+        strategy = self._curr.text.upper() if self._curr else ""
+        if strategy not in STRATEGIES:
+            self.raise_error(f"BOUND takes one of {', '.join(STRATEGIES)}")
+        self._advance()
+        threshold: exp.Expr | None = None
+        if strategy in ("ROWS", "WEIGHTS"):
+            if self._match_text_seq("AUTO"):
+                threshold = exp.var("AUTO")
+            else:
+                threshold = self._parse_number()
+        return Bound(this=exp.var(strategy), threshold=threshold)
+
+    def _parse_number(self) -> exp.Expr:
+        negative = self._match(TokenType.DASH)
+        if not self._match(TokenType.NUMBER):
+            self.raise_error("expected a number")
+        number = exp.Literal.number(self._prev.text)
+        return exp.Neg(this=number) if negative else number
+
+    def _parse_lambda(self, alias: bool = False):  # type: ignore[no-untyped-def]
+        this = super()._parse_lambda(alias=alias)
+        if this is not None and self._match_text_seq("CLAMPED", "BETWEEN"):
+            low = self._parse_bitwise()
+            self._match(TokenType.AND)
+            high = self._parse_bitwise()
+            if low is None or high is None:
+                self.raise_error("CLAMPED BETWEEN needs two bounds")
+            this = Clamped(this=this, low=low, high=high)
+        return this
+
+
+def _privacy_unit_sql(self: DuckDBGenerator, clause: PrivacyUnit) -> str:
+    parts = [f"{CLAUSE} {self.sql(clause, 'this')}"]
+    for option in OPTIONS:
+        value = clause.args.get(option.lower())
+        if value is not None:
+            parts.append(self.sql(value) if option == "BOUND" else f"{option} {self.sql(value)}")
+    return " ".join(parts)
+
+
+def _bound_sql(self: DuckDBGenerator, bound: Bound) -> str:
+    threshold = self.sql(bound, "threshold")
+    return f"BOUND {bound.strategy}" + (f" {threshold}" if threshold else "")
+
+
+def _clamped_sql(self: DuckDBGenerator, clamped: Clamped) -> str:
+    return (
+        f"{self.sql(clamped, 'this')} CLAMPED BETWEEN "
+        f"{self.sql(clamped, 'low')} AND {self.sql(clamped, 'high')}"
+    )
+
+
+class PrivSQLGenerator(DuckDBGenerator):
+    """DuckDB's generator, able to print the privacy clause and clamps back."""
+
+    TRANSFORMS = {
+        **DuckDBGenerator.TRANSFORMS,
+        PrivacyUnit: _privacy_unit_sql,
+        Bound: _bound_sql,
+        Clamped: _clamped_sql,
+    }
+
+    AFTER_HAVING_MODIFIER_TRANSFORMS = {
+        **DuckDBGenerator.AFTER_HAVING_MODIFIER_TRANSFORMS,
+        "privacy": lambda self, e: self.seg(self.sql(e, "privacy")) if e.args.get("privacy") else "",
+    }
+
+
+class PrivSQL(DuckDB):
+    """DuckDB SQL with privsql's clause; registered with sqlglot as ``privsql``."""
+
+    Parser = PrivSQLParser
+    Generator = PrivSQLGenerator
+
+
+def to_sql(node: exp.Expr) -> str:
+    """The node as privsql SQL: the canonical text used to compare and cache queries."""
+    return node.sql(dialect=PrivSQL)

@@ -1,0 +1,230 @@
+"""Generation: the plan as one set-based DuckDB statement.
+
+The statement bounds contributions (AKMV19 sample limiting), aggregates per group,
+hands each exact measurement to the release functions the caller names, and runs
+the analyst's post-processing (output arithmetic, HAVING, ORDER BY, LIMIT) on the
+released values only. Its stages, as CTEs:
+
+``source``   one line per private row: unit, keys, gridded values (NULL units dropped)
+``cells``    per (unit, group): row count and sums                 — one pass, no sort
+``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key)
+``bounded``  at most ``k`` rows per (unit, group): cells with ≤ k rows pass whole;
+             only cells with > k rows re-read their rows and keep the k with the
+             smallest keyed hash of the row's content (ties broken by content), so
+             what one unit keeps depends on its own rows only (PERFORMANCE.md)
+``groups``   per group: distinct units, rows, sums
+``released`` noise added and keys selected, materialised so each noisy value is
+             drawn once however often the post-processing reads it
+
+The rewriter knows nothing of the noise: ``noise(value, sensitivity, epsilon)`` and
+``keep(units, max_groups, epsilon, delta)`` are names the caller registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from rewriter.dialect import to_sql
+from rewriter.plan import Measurement, Plan
+
+SECRET = "$privsql_secret"
+"""The statement's parameter carrying the database's hashing secret."""
+
+
+@dataclass(frozen=True)
+class Functions:
+    """Names of the release functions registered in the engine."""
+
+    noise: str
+    keep: str
+
+
+def _sql(node: exp.Expr) -> str:
+    return node.sql(dialect="duckdb")
+
+
+def _list(names: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}{n}" for n in names)
+
+
+def generate(plan: Plan, functions: Functions) -> str:
+    """The whole private query as DuckDB SQL (one statement, parameter ``$privsql_secret``)."""
+    analysis = plan.analysis
+    keys = [f"__k{i}" for i in range(len(analysis.keys))]
+    sums = [m for m in plan.measurements if m.kind == "sum"]
+    values = [f"__v{i}" for i in range(len(sums))]
+    cell_sums = [f"__s{i}" for i in range(len(sums))]
+    ctes = {
+        "__source": _rows(plan, keys, [m.value for m in sums], values),
+        "__cells": _cells(keys, values, cell_sums),
+        "__chosen": _chosen(plan, keys),
+        "__bounded": _bounded(plan, keys, values, cell_sums),
+        "__groups": _groups(keys, cell_sums),
+    }
+    columns = _measured_columns(plan.measurements, cell_sums)
+    released = _released(plan, keys, columns, functions)
+    body = ",\n".join(f"{name} AS (\n{sql}\n)" for name, sql in ctes.items())
+    return (
+        f"WITH {body},\n__released AS MATERIALIZED (\n{released}\n)\n"
+        f"{_post_processing(plan, keys)}"
+    )
+
+
+def _rows(plan: Plan, keys: list[str], row_values: list, values: list[str]) -> str:
+    analysis = plan.analysis
+    query = analysis.select.copy()
+    for arg in ("group", "having", "order", "limit", "offset"):
+        query.set(arg, None)
+    projection = [exp.alias_(analysis.unit.copy(), "__unit")]
+    projection += [exp.alias_(k.expression.copy(), n) for k, n in zip(analysis.keys, keys)]
+    projection += [exp.alias_(v.copy(), n) for v, n in zip(row_values, values)]
+    query.set("expressions", projection)
+    query = query.where(exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null())))
+    return _sql(query)
+
+
+def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
+    group = _list(["__unit", *keys])
+    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums))
+    return f"SELECT {group}, count(*) AS __rows{aggregates} FROM __source GROUP BY {group}"
+
+
+def _chosen(plan: Plan, keys: list[str]) -> str:
+    if not keys:
+        return "SELECT * FROM __cells"
+    order = f"hash({SECRET}, __unit, {_list(keys)}), {_list(keys)}"
+    return (
+        "SELECT * FROM __cells QUALIFY row_number() OVER "
+        f"(PARTITION BY __unit ORDER BY {order}) <= {plan.groups_cap}"
+    )
+
+
+def _same_cell(keys: list[str], left: str, right: str) -> str:
+    pairs = [f"{left}.__unit = {right}.__unit"]
+    pairs += [f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in keys]
+    return " AND ".join(pairs)
+
+
+def _bounded(plan: Plan, keys: list[str], values: list[str], sums: list[str]) -> str:
+    cap = plan.rows_cap
+    cell = ["__unit", *keys]
+    if not plan.needs_rows:
+        return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows FROM __chosen"
+    whole = f"SELECT {_list([*cell, '__rows', *sums])} FROM __chosen WHERE __rows <= {cap}"
+    content = _list([*cell, *values], "r.")
+    ranked = (
+        f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
+        f"WHERE __rows > {cap}) AS c ON {_same_cell(keys, 'r', 'c')} "
+        f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
+        f"ORDER BY hash({SECRET}, {content}), {_list(values, 'r.') or 'r.__unit'}) <= {cap}"
+    )
+    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums))
+    capped = (
+        f"SELECT {_list(cell)}, count(*) AS __rows{aggregates} FROM ({ranked}) "
+        f"GROUP BY {_list(cell)}"
+    )
+    return f"{whole}\nUNION ALL\n{capped}"
+
+
+def _groups(keys: list[str], sums: list[str]) -> str:
+    aggregates = "".join(f", sum({s}) AS {s}" for s in sums)
+    select = f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __units, "
+    select += f"sum(__rows) AS __rows{aggregates} FROM __bounded"
+    return select + (f" GROUP BY {_list(keys)}" if keys else "")
+
+
+def _measured_columns(measurements: Sequence[Measurement], sums: list[str]) -> dict[str, str]:
+    """Which column of ``__groups`` each measurement perturbs."""
+    columns = {}
+    next_sum = iter(sums)
+    for m in measurements:
+        columns[m.name] = {"rows": "__rows", "units": "__units"}.get(m.kind) or next(next_sum)
+    return columns
+
+
+def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: Functions) -> str:
+    noisy = ", ".join(
+        f"{functions.noise}(CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT), "
+        f"CAST({m.sensitivity} AS HUGEINT), CAST('{m.epsilon!r}' AS DOUBLE)) AS {m.name}"
+        for m in plan.measurements
+    )
+    domains = [k.domain for k in plan.analysis.keys]
+    if keys and plan.partition is None:
+        domain = " CROSS JOIN ".join(
+            f"({_sql(d)}) AS d{i}({k})" for i, (d, k) in enumerate(zip(domains, keys)) if d
+        )
+        on = " AND ".join(f"d.{k} IS NOT DISTINCT FROM g.{k}" for k in keys)
+        return (
+            f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d "
+            f"LEFT JOIN __groups AS g ON {on}"
+        )
+    select = f"SELECT {_list(keys, 'g.') + ', ' if keys else ''}{noisy} FROM __groups AS g"
+    if plan.partition is not None:
+        p = plan.partition
+        select += (
+            f" WHERE {functions.keep}(g.__units, {p.max_groups}, "
+            f"CAST('{p.epsilon!r}' AS DOUBLE), CAST('{p.delta!r}' AS DOUBLE))"
+        )
+    return select
+
+
+def _post_processing(plan: Plan, keys: list[str]) -> str:
+    """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only."""
+    analysis = plan.analysis
+    statistics = {to_sql(s.aggregate.node): s.expression for s in plan.statistics}
+    key_columns = {to_sql(k.expression): n for k, n in zip(analysis.keys, keys)}
+    aliases = {s.alias.lower(): s.unalias() for s in analysis.select.expressions if s.alias}
+
+    def released(node: exp.Expr) -> exp.Expr:
+        text = to_sql(node)
+        if text in statistics:
+            return statistics[text].copy()
+        if text in key_columns:
+            return exp.column(key_columns[text])
+        return node
+
+    def resolve_aliases(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            return aliases[node.name.lower()].copy()
+        return node
+
+    outputs = [
+        exp.alias_(item.unalias().transform(released), output_name(item), quoted=True)
+        for item in analysis.select.expressions
+    ]
+    query = exp.select(*outputs, *_support_columns(plan)).from_("__released")
+    having = analysis.select.args.get("having")
+    if having is not None:
+        query = query.where(having.this.transform(resolve_aliases).transform(released))
+    order = analysis.select.args.get("order")
+    if order is not None:
+        query.set("order", order.transform(released))
+    for arg in ("limit", "offset"):
+        if analysis.select.args.get(arg) is not None:
+            query.set(arg, analysis.select.args[arg].copy())
+    return _sql(query)
+
+
+SUPPORT_PREFIX = "__privsql_n_"
+"""Hidden output columns: the noisy count behind each AVG output, for its interval."""
+
+
+def output_name(item: exp.Expr) -> str:
+    """The name DuckDB would give a select item: its alias, column name, or text."""
+    return item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else to_sql(item)
+
+
+def _support_columns(plan: Plan) -> list[exp.Expr]:
+    averages = {
+        to_sql(s.aggregate.node): s.measurements[1]
+        for s in plan.statistics
+        if len(s.measurements) == 2
+    }
+    return [
+        exp.alias_(exp.column(averages[to_sql(item.unalias())]), SUPPORT_PREFIX + output_name(item), quoted=True)
+        for item in plan.analysis.select.expressions
+        if to_sql(item.unalias()) in averages
+    ]

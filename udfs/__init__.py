@@ -1,0 +1,28 @@
+"""Noise samplers and mechanisms for privsql, registered as DuckDB functions.
+
+Everything here works on exact integers (grid units) with noise from an exact discrete
+Laplace sampler (Canonne, Kamath, Steinke 2020) fed by the OS CSPRNG. ``udfs`` knows
+nothing of SQL parsing; see ``docs/privacy-noise.md`` for the privacy arguments.
+"""
+
+from udfs.discrete_laplace import bernoulli_exp, sample_discrete_laplace, scale_of
+from udfs.laplace import laplace_halfwidth, laplace_release
+from udfs.partition import keep_partitions, partition_threshold
+from udfs.random import RandomSource, SeededRandom, SystemRandom
+from udfs.register import HUGEINT_MAX, HUGEINT_MIN, register
+
+__all__ = [
+    "HUGEINT_MAX",
+    "HUGEINT_MIN",
+    "RandomSource",
+    "SeededRandom",
+    "SystemRandom",
+    "bernoulli_exp",
+    "keep_partitions",
+    "laplace_halfwidth",
+    "laplace_release",
+    "partition_threshold",
+    "register",
+    "sample_discrete_laplace",
+    "scale_of",
+]

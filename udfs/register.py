@@ -1,0 +1,171 @@
+"""Register the noise mechanisms as vectorized (Arrow) DuckDB scalar functions.
+
+* ``privsql_laplace(value HUGEINT, sensitivity HUGEINT, epsilon DOUBLE) -> HUGEINT``:
+  ``value + DLap(sensitivity/epsilon)`` computed exactly (:mod:`udfs.laplace`).
+* ``privsql_keep(units BIGINT, max_groups BIGINT, epsilon DOUBLE, delta DOUBLE) -> BOOLEAN``:
+  the partition-selection decision of :mod:`udfs.partition`.
+
+Both are registered with ``side_effects=True`` so DuckDB neither constant-folds nor
+de-duplicates calls (every row gets fresh noise), and with special NULL handling so the
+functions see NULLs: a NULL value stays NULL, a NULL unit count is never kept, and NULL
+parameters (which are plan constants, never data) raise an error. All noise comes from the
+``rng`` given to :func:`register`.
+
+DuckDB hands HUGEINT to Arrow as ``decimal128(38, 0)`` holding the raw 128-bit integer, also
+for values beyond 38 digits, and reads it back the same way; results are written as raw
+128-bit words, so the whole HUGEINT range round-trips. A noisy result outside that range is
+saturated to it (post-processing of the noisy value, so no data-dependent error is raised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from udfs.discrete_laplace import sample_discrete_laplace, scale_of
+from udfs.partition import partition_threshold
+from udfs.random import RandomSource
+
+__all__ = ["HUGEINT_MAX", "HUGEINT_MIN", "register"]
+
+HUGEINT_MIN = -(2**127)
+HUGEINT_MAX = 2**127 - 1
+
+_ArrowInput = pa.Array | pa.ChunkedArray
+
+
+def _to_hugeint_array(values: list[int | None]) -> pa.Array:
+    """Build a ``decimal128(38, 0)`` array from exact ints via its raw 128-bit buffer.
+
+    ``pa.array`` would refuse integers with more than 38 decimal digits although HUGEINT
+    (and the 128-bit storage) holds them; writing the buffer directly avoids that limit.
+    """
+    n = len(values)
+    data = b"".join((0 if v is None else v).to_bytes(16, "little", signed=True) for v in values)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    null_count = n - int(valid.sum())
+    validity = None
+    if null_count:
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+    return pa.Array.from_buffers(
+        pa.decimal128(38, 0), n, [validity, pa.py_buffer(data)], null_count=null_count
+    )
+
+
+def _hugeint_column(column: _ArrowInput) -> list[int | None]:
+    """Read a ``decimal128(38, 0)`` column as exact Python ints (``None`` for NULL).
+
+    Reads the raw little-endian 128-bit words (as unsigned low and signed high 64-bit
+    halves) instead of going through ``Decimal`` objects, which is several times faster.
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not (pa.types.is_decimal(arr.type) and arr.type.scale == 0 and arr.type.byte_width == 16):
+        return [None if v is None else int(v) for v in arr.to_pylist()]
+    n, offset = len(arr), arr.offset
+    if n == 0:
+        return []
+    words = np.frombuffer(arr.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
+    low = words[0::2].tolist()
+    high = words[1::2].view("<i8").tolist()
+    ints: list[int | None] = [(h << 64) | lo for h, lo in zip(high, low)]
+    if arr.null_count:
+        for i in np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)).tolist():
+            ints[i] = None
+    return ints
+
+
+def _saturate(value: int) -> int:
+    return max(HUGEINT_MIN, min(value, HUGEINT_MAX))
+
+
+def _laplace_udf(rng: RandomSource) -> Callable[..., pa.Array]:
+    def privsql_laplace(
+        value: _ArrowInput, sensitivity: _ArrowInput, epsilon: _ArrowInput
+    ) -> pa.Array:
+        scales: dict[tuple[object, object], tuple[int, int]] = {}
+        out: list[int | None] = []
+        columns = (_hugeint_column(value), _hugeint_column(sensitivity), epsilon.to_pylist())
+        for v, s, e in zip(*columns):
+            if v is None:
+                out.append(None)
+                continue
+            if s is None or e is None:
+                raise ValueError("privsql_laplace: sensitivity and epsilon must not be NULL")
+            scale = scales.get((s, e))
+            if scale is None:
+                scale = scales[(s, e)] = scale_of(s, e)
+            out.append(_saturate(v + sample_discrete_laplace(scale[0], scale[1], rng)))
+        return _to_hugeint_array(out)
+
+    return privsql_laplace
+
+
+def _keep_udf(rng: RandomSource) -> Callable[..., pa.Array]:
+    def privsql_keep(
+        units: _ArrowInput, max_groups: _ArrowInput, epsilon: _ArrowInput, delta: _ArrowInput
+    ) -> pa.Array:
+        params: dict[tuple[object, object, object], tuple[int, int, int]] = {}
+        out: list[bool] = []
+        columns = (units.to_pylist(), max_groups.to_pylist(), epsilon.to_pylist())
+        for c, m, e, d in zip(*columns, delta.to_pylist()):
+            if m is None or e is None or d is None:
+                raise ValueError("privsql_keep: max_groups, epsilon and delta must not be NULL")
+            p = params.get((m, e, d))
+            if p is None:
+                threshold = partition_threshold(m, e, d)
+                p = params[(m, e, d)] = (threshold, *scale_of(m, e))
+            if c is None or c <= 0:
+                out.append(False)
+                continue
+            out.append(c + sample_discrete_laplace(p[1], p[2], rng) >= p[0])
+        return pa.array(out, type=pa.bool_())
+
+    return privsql_keep
+
+
+def _replace_function(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    fn: Callable[..., pa.Array],
+    params: list[str],
+    return_type: str,
+) -> None:
+    try:
+        con.remove_function(name)
+    except duckdb.InvalidInputException:
+        pass  # not registered yet
+    con.create_function(
+        name,
+        fn,
+        params,
+        return_type,
+        type="arrow",
+        null_handling="special",
+        side_effects=True,
+    )
+
+
+def register(con: duckdb.DuckDBPyConnection, rng: RandomSource) -> None:
+    """Register ``privsql_laplace`` and ``privsql_keep`` on ``con``, drawing noise from ``rng``.
+
+    Registering again (on the same connection) replaces the previous functions, so the
+    most recent ``rng`` is the one used. Pass :class:`udfs.random.SystemRandom` for real
+    releases; :class:`udfs.random.SeededRandom` is for tests only.
+    """
+    _replace_function(
+        con,
+        "privsql_laplace",
+        _laplace_udf(rng),
+        ["HUGEINT", "HUGEINT", "DOUBLE"],
+        "HUGEINT",
+    )
+    _replace_function(
+        con,
+        "privsql_keep",
+        _keep_udf(rng),
+        ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"],
+        "BOOLEAN",
+    )
