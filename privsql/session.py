@@ -226,7 +226,7 @@ class Session:
         )
 
     def _run_public(self, query: PublicQuery) -> pa.Table:
-        return self._con.execute(query.select.sql(dialect="duckdb")).to_arrow_table()
+        return self._con.sql(query.select.sql(dialect="duckdb")).to_arrow_table()
 
     def _execute(self, analysis: Analysis, statement: str) -> tuple[str, pa.Table]:
         """The data fingerprint and the released table, read in one snapshot.
@@ -238,9 +238,13 @@ class Session:
         con.execute("BEGIN TRANSACTION")
         try:
             fingerprint = con.execute(
-                fingerprint_sql(analysis.select, analysis.sources, self._columns)
+                fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
             ).fetchall()[0]
-            table = con.execute(statement, {"privsql_secret": self._ledger.secret}).to_arrow_table()
+            table = con.sql(
+                statement, params={"privsql_secret": self._ledger.secret}
+            ).to_arrow_table()
+        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
+            raise  # decided from the SQL and the schema alone: safe to show
         except duckdb.Error as error:
             raise PrivacyError(
                 f"the query failed while reading private data ({type(error).__name__}); "

@@ -122,6 +122,9 @@ def analyze(
     select = parse(sql)
     _refuse_forbidden(select, catalog)
     private = _private_sources(select, catalog)
+    for source in private:
+        if isinstance(source.this, exp.Func) and not source.alias:
+            source.set("alias", exp.TableAlias(this=exp.to_identifier(_function_name(source.this))))
     clause = select.args.get("privacy")
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
@@ -219,7 +222,7 @@ def _source_sql(source: exp.Table) -> str:
 
 
 def _source_label(source: exp.Table) -> str:
-    return source.alias_or_name if not isinstance(source.this, exp.Func) else source.alias
+    return source.alias or source.name
 
 
 def _resolve_unit(unit: exp.Column, source: exp.Table, catalog: Catalog) -> exp.Column:

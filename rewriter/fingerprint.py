@@ -15,10 +15,13 @@ from sqlglot import exp
 
 
 def fingerprint_sql(
-    select: exp.Select, sources: Sequence[exp.Table], columns: Callable[[str], Sequence[str]]
+    select: exp.Select,
+    sources: Sequence[exp.Table],
+    columns: Callable[[str], Sequence[str]],
+    unit: exp.Column,
 ) -> str:
     """One statement returning one row: (rows, hash-sum) per source, in order."""
-    read = {c.name.lower() for c in select.find_all(exp.Column)}
+    read = {c.name.lower() for c in select.find_all(exp.Column)} | {unit.name.lower()}
     parts = []
     for i, source in enumerate(sources):
         bare = source.copy()

@@ -83,7 +83,15 @@ def _rows(plan: Plan, keys: list[str], row_values: list, values: list[str]) -> s
     projection += [exp.alias_(v.copy(), n) for v, n in zip(row_values, values)]
     query.set("expressions", projection)
     query = query.where(exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null())))
-    return _sql(query)
+    return _sql(query.transform(_never_raise))
+
+
+def _never_raise(node: exp.Expr) -> exp.Expr:
+    """CAST on private rows becomes TRY_CAST: a malformed value gives NULL, not an error
+    whose occurrence (or message) would depend on private data."""
+    if type(node) is exp.Cast:
+        return exp.TryCast(this=node.this, to=node.args["to"])
+    return node
 
 
 def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:

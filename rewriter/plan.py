@@ -146,6 +146,14 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     )
 
 
+COUNTED = {
+    AggregateKind.COUNT_ROWS: ("rows", False),
+    AggregateKind.COUNT_UNITS: ("units", False),
+    AggregateKind.COUNT_VALUES: ("sum", True),
+}
+"""Counts: which measurement each is, and whether it sums a per-row indicator."""
+
+
 class _Builder:
     """Accumulates measurements while turning each aggregate into a statistic."""
 
@@ -166,15 +174,11 @@ class _Builder:
 
     def statistic(self, aggregate: Aggregate, epsilon: float) -> Statistic:
         kind = aggregate.kind
-        if kind == AggregateKind.COUNT_ROWS:
-            column = self.measure("rows", None, 1, epsilon)
-            return Statistic(aggregate, column, (column.name,))
-        if kind == AggregateKind.COUNT_UNITS:
-            column = self.measure("units", None, 1, epsilon)
-            return Statistic(aggregate, column, (column.name,))
-        if kind == AggregateKind.COUNT_VALUES:
-            column = self.measure("sum", _present(aggregate.argument), 1, epsilon)
-            return Statistic(aggregate, column, (column.name,))
+        if kind in COUNTED:
+            measured, per_row = COUNTED[kind]
+            value = _present(aggregate.argument) if per_row else None
+            column = self.measure(measured, value, 1, epsilon)
+            return Statistic(aggregate, _integer(column), (column.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
@@ -188,6 +192,11 @@ class _Builder:
         total = self.measure("sum", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
         count = self.measure("sum", _present(aggregate.argument), 1, epsilon / 2)
         return Statistic(aggregate, _mean(total, count, grid), (total.name, count.name), grid)
+
+
+def _integer(column: exp.Column) -> exp.Expr:
+    """A noisy count as BIGINT (NULL, never an error, in the impossible case it overflows)."""
+    return exp.TryCast(this=column, to=exp.DataType.build("BIGINT"))
 
 
 def _double(value: float) -> exp.Expr:

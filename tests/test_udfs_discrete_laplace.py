@@ -92,7 +92,11 @@ def chi2_gof_pvalue(samples: np.ndarray, t: float) -> float:
         L -= 1
     centre = np.arange(-L, L + 1)
     expected = np.concatenate(
-        [[math.exp(-(L + 1) / t) / (1 + q)], dlap_pmf(centre, t), [math.exp(-(L + 1) / t) / (1 + q)]]
+        [
+            [math.exp(-(L + 1) / t) / (1 + q)],
+            dlap_pmf(centre, t),
+            [math.exp(-(L + 1) / t) / (1 + q)],
+        ]
     )
     expected *= n
     observed = np.concatenate(
@@ -187,7 +191,9 @@ def test_bernoulli_exp_edge_cases() -> None:
 # --- discrete Laplace goodness of fit --------------------------------------------------
 
 
-@pytest.mark.parametrize(("t", "seed"), [(Fraction(1), 11), (Fraction(7, 2), 12), (Fraction(50), 13)])
+@pytest.mark.parametrize(
+    ("t", "seed"), [(Fraction(1), 11), (Fraction(7, 2), 12), (Fraction(50), 13)]
+)
 def test_discrete_laplace_chi_square(t: Fraction, seed: int) -> None:
     n = 100_000
     good = draw(t.numerator, t.denominator, n, seed)
@@ -233,9 +239,9 @@ def test_discrete_laplace_rejects_bad_scale() -> None:
 def test_scale_of_is_exact() -> None:
     assert scale_of(1, 1.0) == (1, 1)
     assert scale_of(3, 0.5) == (6, 1)
-    assert scale_of(1, 0.1) == (
-        Fraction(1) / Fraction(0.1)
-    ).as_integer_ratio()  # exact value of the float 0.1, not 1/10
+    assert (
+        scale_of(1, 0.1) == (Fraction(1) / Fraction(0.1)).as_integer_ratio()
+    )  # exact value of the float 0.1, not 1/10
     assert scale_of(1, 0.1) != (10, 1)
     assert scale_of(2**70, 3.0) == (2**70, 3)
 

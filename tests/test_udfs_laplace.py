@@ -40,7 +40,11 @@ def _privacy_loss_bounds(
     out = []
     for c in (sensitivity + 1, sensitivity + 2, sensitivity + 3):
         out.append(_log_ratio_interval(int((b >= c).sum()), int((a >= c).sum()), n))
-        out.append(_log_ratio_interval(int((a <= -c + sensitivity).sum()), int((b <= -c + sensitivity).sum()), n))
+        out.append(
+            _log_ratio_interval(
+                int((a <= -c + sensitivity).sum()), int((b <= -c + sensitivity).sum()), n
+            )
+        )
     return out
 
 
@@ -91,9 +95,18 @@ def _two_sided_tail(w: int, t: float) -> float:
 
 @pytest.mark.parametrize(
     ("sensitivity", "epsilon", "alpha"),
-    [(1, 1.0, 0.05), (1, 0.1, 0.05), (3, 0.5, 0.01), (1, 10.0, 0.05), (1, 100.0, 0.5), (7, 0.3, 0.2)],
+    [
+        (1, 1.0, 0.05),
+        (1, 0.1, 0.05),
+        (3, 0.5, 0.01),
+        (1, 10.0, 0.05),
+        (1, 100.0, 0.5),
+        (7, 0.3, 0.2),
+    ],
 )
-def test_halfwidth_is_smallest_covering_integer(sensitivity: int, epsilon: float, alpha: float) -> None:
+def test_halfwidth_is_smallest_covering_integer(
+    sensitivity: int, epsilon: float, alpha: float
+) -> None:
     w = laplace_halfwidth(sensitivity, epsilon, alpha)
     assert isinstance(w, float) and w == int(w) and w >= 0
     num, den = scale_of(sensitivity, epsilon)

@@ -85,8 +85,9 @@ def sample_discrete_laplace(scale_num: int, scale_den: int, rng: RandomSource) -
     5. With a fair sign bit return +Y or -Y, retrying on "-0" so zero is not counted twice.
 
     Step 1 accepts with probability (1 - 1/e) / (scale_num * (1 - exp(-1/scale_num))), which
-    is at least 1 - 1/e > 0.63, and step 5 with probability >= 1/2, so the expected number of rounds is below 3.2 for
-    every scale; all arithmetic is on Python integers (no ``Fraction`` in the loop).
+    is at least 1 - 1/e > 0.63, and step 5 with probability >= 1/2, so the expected number
+    of rounds is below 3.2 for every scale; all arithmetic is on Python integers (no
+    ``Fraction`` in the loop).
     """
     num = operator.index(scale_num)
     den = operator.index(scale_den)

@@ -70,7 +70,7 @@ def _hugeint_column(column: _ArrowInput) -> list[int | None]:
     words = np.frombuffer(arr.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
     low = words[0::2].tolist()
     high = words[1::2].view("<i8").tolist()
-    ints: list[int | None] = [(h << 64) | lo for h, lo in zip(high, low)]
+    ints: list[int | None] = [(h << 64) | lo for h, lo in zip(high, low, strict=True)]
     if arr.null_count:
         for i in np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)).tolist():
             ints[i] = None
@@ -88,7 +88,7 @@ def _laplace_udf(rng: RandomSource) -> Callable[..., pa.Array]:
         scales: dict[tuple[object, object], tuple[int, int]] = {}
         out: list[int | None] = []
         columns = (_hugeint_column(value), _hugeint_column(sensitivity), epsilon.to_pylist())
-        for v, s, e in zip(*columns):
+        for v, s, e in zip(*columns, strict=True):
             if v is None:
                 out.append(None)
                 continue
@@ -110,7 +110,7 @@ def _keep_udf(rng: RandomSource) -> Callable[..., pa.Array]:
         params: dict[tuple[object, object, object], tuple[int, int, int]] = {}
         out: list[bool] = []
         columns = (units.to_pylist(), max_groups.to_pylist(), epsilon.to_pylist())
-        for c, m, e, d in zip(*columns, delta.to_pylist()):
+        for c, m, e, d in zip(*columns, delta.to_pylist(), strict=True):
             if m is None or e is None or d is None:
                 raise ValueError("privsql_keep: max_groups, epsilon and delta must not be NULL")
             p = params.get((m, e, d))
