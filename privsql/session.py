@@ -25,7 +25,7 @@ from rewriter.catalog import Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
 from rewriter.fingerprint import fingerprint_sql
-from rewriter.generate import SUPPORT_PREFIX, Functions, generate, output_name
+from rewriter.generate import SECRET, SUPPORT_PREFIX, Functions, generate, output_name
 from rewriter.plan import Plan, Statistic, plan
 
 FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep")
@@ -240,9 +240,8 @@ class Session:
             fingerprint = con.execute(
                 fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
             ).fetchall()[0]
-            table = con.sql(
-                statement, params={"privsql_secret": self._ledger.secret}
-            ).to_arrow_table()
+            secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
+            table = con.sql(statement, params=secret).to_arrow_table()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
             raise  # decided from the SQL and the schema alone: safe to show
         except duckdb.Error as error:

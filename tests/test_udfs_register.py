@@ -7,7 +7,14 @@ import math
 import duckdb
 import pytest
 
-from udfs import HUGEINT_MAX, HUGEINT_MIN, RandomSource, SeededRandom, SystemRandom, register
+from udfs import (
+    HUGEINT_MAX,
+    HUGEINT_MIN,
+    RandomSource,
+    SeededRandom,
+    SystemRandom,
+    register,
+)
 
 
 class CountingRandom(RandomSource):
