@@ -77,7 +77,7 @@ class SystemRandom(RandomSource):
     Bytes are fetched ``buffer_bytes`` at a time and handed out as 64-bit words through a
     C-level iterator, so each word is consumed at most once even when DuckDB calls a UDF
     from several threads (``next()`` on the iterator is atomic under the GIL). Requests for
-    more than 64 bits go straight to ``os.urandom``. Buffers are dropped in a forked child.
+    more than 64 bits concatenate whole words. Buffers are dropped in a forked child.
     """
 
     secure: ClassVar[bool] = True
@@ -113,8 +113,11 @@ class SystemRandom(RandomSource):
             raise ValueError(f"randbits needs k >= 0, got {k}")
         if k <= 64:
             return self._word() >> (64 - k)
-        nbytes = (k + 7) // 8
-        return int.from_bytes(os.urandom(nbytes), "little") >> (8 * nbytes - k)
+        n_words = (k + 63) // 64
+        r = 0
+        for _ in range(n_words):
+            r = (r << 64) | self._word()
+        return r >> (64 * n_words - k)
 
     def randbelow(self, n: int) -> int:
         """Return a uniform integer in ``[0, n)`` (rejection sampling, as the base class)."""
