@@ -8,6 +8,7 @@ selection by the functions ``udfs`` registers) → charge the ledger → result.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -100,7 +101,7 @@ class Session:
         self.epsilon = epsilon
         self.delta = delta
         self.budget = Budget(self._ledger)
-        udfs.register(self._con, rng)
+        self._functions = self._register(rng)
         self._aggregates = frozenset(
             name
             for (name,) in self._con.execute(
@@ -200,6 +201,7 @@ class Session:
         )
 
     def close(self) -> None:
+        udfs.unregister(self._con, self._functions)
         self._con.close()
 
     def __enter__(self) -> Session:
@@ -209,6 +211,23 @@ class Session:
         self.close()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _register(self, rng: udfs.RandomSource) -> udfs.UdfNames:
+        """This session's noise functions, reachable under the names generated SQL uses.
+
+        DuckDB shares Python functions between all connections to one database, so each
+        session registers its own under a unique suffix and points connection-local
+        (TEMP) macros with the stable names at them: generated SQL, and so the key of a
+        stored answer, is the same in every session.
+        """
+        names = udfs.register(self._con, rng, suffix=f"_{secrets.token_hex(6)}")
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.noise}(v, s, e) AS {names.laplace}(v, s, e)"
+        )
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.keep}(u, g, e, d) AS {names.keep}(u, g, e, d)"
+        )
+        return names
 
     def _columns(self, source: str) -> list[str]:
         try:

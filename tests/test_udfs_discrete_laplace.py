@@ -265,7 +265,7 @@ def test_scale_of_rejects(sensitivity: object, epsilon: object, error: type) -> 
         scale_of(sensitivity, epsilon)  # type: ignore[arg-type]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(
     sensitivity=st.integers(min_value=1, max_value=2**100),
     epsilon=st.floats(min_value=1e-12, max_value=1e6, allow_nan=False, allow_infinity=False),
@@ -276,7 +276,7 @@ def test_scale_of_property(sensitivity: int, epsilon: float) -> None:
     assert Fraction(num, den) == Fraction(sensitivity) / Fraction(epsilon)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(
     num=st.integers(min_value=1, max_value=2**90),
     den=st.integers(min_value=1, max_value=2**90),

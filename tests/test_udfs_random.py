@@ -98,7 +98,7 @@ def test_forked_child_does_not_reuse_parent_buffer() -> None:
     assert child_word != rng.randbits(64)  # equal with probability 2**-64
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(n=st.integers(min_value=1, max_value=2**130), seed=st.integers(0, 2**32))
 def test_randbelow_range_property(n: int, seed: int) -> None:
     rng = SeededRandom(seed, insecure=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pathlib
 
 import duckdb
 import pytest
@@ -13,7 +14,10 @@ from udfs import (
     RandomSource,
     SeededRandom,
     SystemRandom,
+    UdfNameConflict,
+    UdfNames,
     register,
+    unregister,
 )
 
 
@@ -138,4 +142,39 @@ def test_system_random_through_duckdb() -> None:
     rows = c.sql("SELECT privsql_laplace(x::HUGEINT, 1, 1.0) - x FROM range(3000) t(x)").fetchall()
     noise = [r[0] for r in rows]
     assert all(isinstance(v, int) for v in noise) and max(abs(v) for v in noise) < 40
+    c.close()
+
+
+def test_shared_database_needs_distinct_names(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "shared.duckdb")
+    first = duckdb.connect(path)
+    second = duckdb.connect(path)  # same database instance: one shared function catalog
+    first_rng = CountingRandom(SeededRandom(1, insecure=True))
+    second_rng = CountingRandom(SeededRandom(2, insecure=True))
+    assert register(first, first_rng) == UdfNames("privsql_laplace", "privsql_keep")
+    # Refused rather than silently sharing the first connection's random source.
+    with pytest.raises(UdfNameConflict, match="suffix"):
+        register(second, second_rng)
+    names = register(second, second_rng, suffix="_s2")
+    assert names == UdfNames("privsql_laplace_s2", "privsql_keep_s2")
+    second.sql(
+        f"SELECT {names.laplace}(1::HUGEINT, 1, 1.0), {names.keep}(5, 1, 1.0, 1e-6)"
+    ).fetchall()
+    assert first_rng.calls == 0 and second_rng.calls > 0
+    # Unregister before closing; afterwards the default names are free again.
+    unregister(first)
+    unregister(first)  # idempotent
+    register(second, second_rng)
+    unregister(second)
+    unregister(second, names)
+    with pytest.raises(duckdb.Error):
+        second.sql("SELECT privsql_laplace_s2(1::HUGEINT, 1, 1.0)").fetchall()
+    first.close()
+    second.close()
+
+
+def test_suffix_is_validated() -> None:
+    c = duckdb.connect()
+    with pytest.raises(ValueError):
+        register(c, SeededRandom(1, insecure=True), suffix="; DROP TABLE x")
     c.close()

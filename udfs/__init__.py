@@ -9,7 +9,14 @@ from udfs.discrete_laplace import bernoulli_exp, sample_discrete_laplace, scale_
 from udfs.laplace import laplace_halfwidth, laplace_release
 from udfs.partition import keep_partitions, partition_threshold
 from udfs.random import RandomSource, SeededRandom, SystemRandom
-from udfs.register import HUGEINT_MAX, HUGEINT_MIN, register
+from udfs.register import (
+    HUGEINT_MAX,
+    HUGEINT_MIN,
+    UdfNameConflict,
+    UdfNames,
+    register,
+    unregister,
+)
 
 __all__ = [
     "HUGEINT_MAX",
@@ -17,6 +24,8 @@ __all__ = [
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
+    "UdfNameConflict",
+    "UdfNames",
     "bernoulli_exp",
     "keep_partitions",
     "laplace_halfwidth",
@@ -25,4 +34,5 @@ __all__ = [
     "register",
     "sample_discrete_laplace",
     "scale_of",
+    "unregister",
 ]

@@ -15,11 +15,17 @@ DuckDB hands HUGEINT to Arrow as ``decimal128(38, 0)`` holding the raw 128-bit i
 for values beyond 38 digits, and reads it back the same way; results are written as raw
 128-bit words, so the whole HUGEINT range round-trips. A noisy result outside that range is
 saturated to it (post-processing of the noisy value, so no data-dependent error is raised).
+
+DuckDB keeps Python functions in the database instance's catalog, which every connection
+to that database in this process shares; see :func:`register` for the ``suffix`` and
+:func:`unregister` that this requires when one database has several sessions.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
@@ -29,7 +35,7 @@ from udfs.discrete_laplace import sample_discrete_laplace, scale_of
 from udfs.partition import partition_threshold
 from udfs.random import RandomSource
 
-__all__ = ["HUGEINT_MAX", "HUGEINT_MIN", "register"]
+__all__ = ["HUGEINT_MAX", "HUGEINT_MIN", "UdfNameConflict", "UdfNames", "register", "unregister"]
 
 HUGEINT_MIN = -(2**127)
 HUGEINT_MAX = 2**127 - 1
@@ -126,6 +132,28 @@ def _keep_udf(rng: RandomSource) -> Callable[..., pa.Array]:
     return privsql_keep
 
 
+class UdfNames(NamedTuple):
+    """The SQL names under which :func:`register` put the two functions."""
+
+    laplace: str = "privsql_laplace"
+    keep: str = "privsql_keep"
+
+
+class UdfNameConflict(RuntimeError):
+    """The function name is already taken in this database by another connection."""
+
+
+_SUFFIX = re.compile(r"[A-Za-z0-9_]*")
+
+
+def _remove_own(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Remove ``name`` if *this* connection registered it; otherwise do nothing."""
+    try:
+        con.remove_function(name)
+    except duckdb.InvalidInputException:
+        pass  # not registered by this connection
+
+
 def _replace_function(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -133,39 +161,62 @@ def _replace_function(
     params: list[str],
     return_type: str,
 ) -> None:
+    _remove_own(con, name)
     try:
-        con.remove_function(name)
-    except duckdb.InvalidInputException:
-        pass  # not registered yet
-    con.create_function(
-        name,
-        fn,
-        params,
-        return_type,
-        type="arrow",
-        null_handling="special",
-        side_effects=True,
-    )
+        con.create_function(
+            name,
+            fn,
+            params,
+            return_type,
+            type="arrow",
+            null_handling="special",
+            side_effects=True,
+        )
+    except duckdb.CatalogException as exc:
+        raise UdfNameConflict(
+            f"{name} is already registered in this database by another connection (Python "
+            "functions live in the database's shared catalog). Register under a unique "
+            "suffix, e.g. register(con, rng, suffix='_2'), use the returned names in the "
+            "SQL, and call unregister() before closing that connection."
+        ) from exc
 
 
-def register(con: duckdb.DuckDBPyConnection, rng: RandomSource) -> None:
+def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str = "") -> UdfNames:
     """Register ``privsql_laplace`` and ``privsql_keep`` on ``con``, drawing noise from ``rng``.
 
-    Registering again (on the same connection) replaces the previous functions, so the
-    most recent ``rng`` is the one used. Pass :class:`udfs.random.SystemRandom` for real
+    Registering again on the same connection replaces the previous functions, so the most
+    recent ``rng`` is the one used. Pass :class:`udfs.random.SystemRandom` for real
     releases; :class:`udfs.random.SeededRandom` is for tests only.
+
+    DuckDB keeps Python functions in the *database instance's* catalog, shared by every
+    connection to it in this process (``duckdb.connect`` on the same file returns the same
+    instance), so a name registered by one connection is visible to the others and cannot
+    be registered again by them; doing so raises :class:`UdfNameConflict` rather than
+    silently using the other connection's random source. Give each connection its own
+    ``suffix`` (letters, digits, ``_``) in that case; the names actually used are returned.
+    Call :func:`unregister` before closing the connection: DuckDB leaves the catalog entry
+    of a closed connection's function behind, pointing at a freed Python object.
     """
+    if not _SUFFIX.fullmatch(suffix):
+        raise ValueError(f"suffix must contain only letters, digits and _, got {suffix!r}")
+    names = UdfNames(f"privsql_laplace{suffix}", f"privsql_keep{suffix}")
     _replace_function(
-        con,
-        "privsql_laplace",
-        _laplace_udf(rng),
-        ["HUGEINT", "HUGEINT", "DOUBLE"],
-        "HUGEINT",
+        con, names.laplace, _laplace_udf(rng), ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"
     )
-    _replace_function(
-        con,
-        "privsql_keep",
-        _keep_udf(rng),
-        ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"],
-        "BOOLEAN",
-    )
+    try:
+        _replace_function(
+            con, names.keep, _keep_udf(rng), ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"], "BOOLEAN"
+        )
+    except UdfNameConflict:
+        _remove_own(con, names.laplace)
+        raise
+    return names
+
+
+def unregister(con: duckdb.DuckDBPyConnection, names: UdfNames | None = None) -> None:
+    """Remove the functions this connection registered under ``names`` (default names).
+
+    Names this connection did not register are ignored, so it is safe to call twice.
+    """
+    for name in names or UdfNames():
+        _remove_own(con, name)
