@@ -2,7 +2,7 @@
 
 Everything here works on exact integers (grid units) with noise from an exact discrete
 Laplace sampler (Canonne, Kamath, Steinke 2020) fed by the OS CSPRNG. ``udfs`` knows
-nothing of SQL parsing; see ``docs/privacy-noise.md`` for the privacy arguments.
+nothing of SQL parsing; see ``docs/privacy.md`` (Appendix A) for the privacy arguments.
 """
 
 from udfs.discrete_laplace import bernoulli_exp, sample_discrete_laplace, scale_of

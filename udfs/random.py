@@ -3,7 +3,7 @@
 Every sampler in ``udfs`` consumes randomness only through :class:`RandomSource`:
 ``randbits(k)`` (a uniform integer in ``[0, 2**k)``) and ``randbelow(n)`` (a uniform
 integer in ``[0, n)``). Nothing else -- no floats, no ``log(uniform)``. Given a perfect
-uniform source the samplers built on top are exact (see ``docs/privacy-noise.md``), so the
+uniform source the samplers built on top are exact (see ``docs/privacy.md`` (Appendix A)), so the
 whole distance-from-ideal budget of the release path is the quality of this source.
 
 * :class:`SystemRandom` -- the operating system's CSPRNG (``os.urandom``), read in bulk
