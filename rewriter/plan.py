@@ -194,43 +194,55 @@ class _Builder:
         return Statistic(aggregate, _mean(total, count, grid), (total.name, count.name), grid)
 
 
+def _type(kind: exp.DType) -> exp.DataType:
+    return exp.DataType(this=kind)
+
+
 def _integer(column: exp.Column) -> exp.Expr:
     """A noisy count as BIGINT (NULL, never an error, in the impossible case it overflows)."""
-    return exp.TryCast(this=column, to=exp.DataType.build("BIGINT"))
+    return exp.TryCast(this=column, to=_type(exp.DType.BIGINT))
 
 
 def _double(value: float) -> exp.Expr:
-    return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
+    return exp.Cast(this=exp.Literal.string(repr(value)), to=_type(exp.DType.DOUBLE))
 
 
 def _present(argument: exp.Expr | None) -> exp.Expr:
     """1 for a row whose value is counted (not NULL), else 0."""
     assert argument is not None
-    return exp.cast(exp.Not(this=exp.Is(this=argument.copy(), expression=exp.null())), "INTEGER")
+    present = exp.Not(this=exp.Is(this=argument.copy(), expression=exp.null()))
+    return exp.Cast(this=present, to=_type(exp.DType.INT))
 
 
 def _gridded(argument: exp.Expr | None, grid: Grid) -> exp.Expr:
     """The row's value clamped and rounded onto the grid, as an exact integer.
 
     TRY_CAST keeps malformed values from raising data-dependent errors (they become
-    NULL and are skipped like SQL NULLs); NaN sorts above every number in DuckDB, so
+    NULL); NULL stays NULL and is skipped like in SQL (DuckDB's LEAST and GREATEST
+    would otherwise turn it into a bound); NaN sorts above every number in DuckDB, so
     it lands on the upper bound; infinities land on the bounds.
     """
     assert argument is not None
-    scaled = exp.Mul(
-        this=exp.TryCast(this=argument.copy(), to=exp.DataType.build("DOUBLE")),
-        expression=_double(math.ldexp(1.0, -grid.exponent)),
+    steps = exp.Round(
+        this=exp.Mul(
+            this=exp.TryCast(this=argument.copy(), to=_type(exp.DType.DOUBLE)),
+            expression=_double(math.ldexp(1.0, -grid.exponent)),
+        )
     )
     clamped = exp.func(
         "least",
-        exp.func("greatest", exp.func("round", scaled), exp.Literal.number(grid.low)),
+        exp.func("greatest", steps, exp.Literal.number(grid.low)),
         exp.Literal.number(grid.high),
     )
-    return exp.cast(clamped, "BIGINT")
+    kept = exp.Case(
+        ifs=[exp.If(this=exp.Is(this=steps.copy(), expression=exp.null()), true=exp.null())],
+        default=clamped,
+    )
+    return exp.Cast(this=kept, to=_type(exp.DType.BIGINT))
 
 
 def _scaled(column: exp.Column, step: float) -> exp.Expr:
-    return exp.Mul(this=exp.cast(column, "DOUBLE"), expression=_double(step))
+    return exp.Mul(this=exp.Cast(this=column, to=_type(exp.DType.DOUBLE)), expression=_double(step))
 
 
 def _mean(total: exp.Column, count: exp.Column, grid: Grid) -> exp.Expr:
@@ -239,7 +251,9 @@ def _mean(total: exp.Column, count: exp.Column, grid: Grid) -> exp.Expr:
     middle = (grid.low + grid.high) * step / 2
     ratio = exp.Div(
         this=_scaled(total, step / 2),
-        expression=exp.func("greatest", exp.cast(count, "DOUBLE"), _double(1.0)),
+        expression=exp.func(
+            "greatest", exp.Cast(this=count, to=_type(exp.DType.DOUBLE)), _double(1.0)
+        ),
     )
     estimate = exp.Add(this=_double(middle), expression=ratio)
     return exp.func(

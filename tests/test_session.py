@@ -185,3 +185,21 @@ def test_parquet_sources(tmp_path, flights_frame):
     ).fetchall()
     exact = len(flights_frame.dropna(subset=["tailnum"]))
     assert rows[0][0] == pytest.approx(exact, rel=0.001)
+
+
+def test_null_values_are_skipped_like_sql(flights_db, flights_con):
+    # dep_delay has 8,255 NULLs; every non-NULL value lies inside the bounds.
+    noisy = flights_db.sql(
+        "SELECT origin, AVG(dep_delay CLAMPED BETWEEN -100 AND 1400) AS d, "
+        "SUM(dep_delay CLAMPED BETWEEN -100 AND 1400) AS s, COUNT(dep_delay) AS c "
+        "FROM flights GROUP BY origin PRIVACY_UNIT tailnum BOUND ROWS 600 MAX_GROUPS 3 "
+        "EPSILON 1e5 ORDER BY origin"
+    ).fetchall()
+    exact = flights_con.execute(
+        "SELECT origin, AVG(dep_delay), SUM(dep_delay), COUNT(dep_delay) FROM flights "
+        "WHERE tailnum IS NOT NULL GROUP BY origin ORDER BY origin"
+    ).fetchall()
+    for got, want in zip(noisy, exact, strict=True):
+        assert got[1] == pytest.approx(want[1], rel=1e-3)
+        assert got[2] == pytest.approx(float(want[2]), rel=1e-3)
+        assert got[3] == pytest.approx(want[3], rel=1e-3)
