@@ -89,8 +89,8 @@ class PublicQuery:
     select: exp.Query
 
 
-def parse(sql: str) -> exp.Expr:
-    """Parse one privsql statement, refusing anything that is not a single SELECT."""
+def parse(sql: str) -> exp.Query:
+    """Parse one privsql statement, refusing anything that is not a single query."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=PrivSQL) if s is not None]
     except ParseError as error:
@@ -98,9 +98,7 @@ def parse(sql: str) -> exp.Expr:
     if len(statements) != 1:
         raise StatementNotAllowed("send exactly one SELECT statement")
     statement = statements[0]
-    if isinstance(statement, exp.SetOperation):
-        raise StatementNotAllowed("set operations (UNION, INTERSECT, EXCEPT) are not allowed")
-    if not isinstance(statement, exp.Select):
+    if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
         raise StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
     return statement
@@ -122,6 +120,14 @@ def analyze(
     select = parse(sql)
     _refuse_forbidden(select, catalog)
     private = _private_sources(select, catalog)
+    if not private:
+        if any(select.find_all(PrivacyUnit)):
+            raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
+        if any(select.find_all(Clamped)):
+            raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
+        return PublicQuery(select)
+    if not isinstance(select, exp.Select):
+        raise StatementNotAllowed("set operations over private data are not allowed")
     for source in private:
         if isinstance(source.this, exp.Func) and not source.alias:
             source.set("alias", exp.TableAlias(this=exp.to_identifier(_function_name(source.this))))
@@ -129,12 +135,6 @@ def analyze(
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
             raise InvalidOption("PRIVACY_UNIT belongs to the outermost SELECT")
-    if not private:
-        if clause is not None:
-            raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
-        if any(select.find_all(Clamped)):
-            raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
-        return PublicQuery(select)
     if clause is None:
         raise MissingPrivacyUnit("the query reads private data: add PRIVACY_UNIT <column>")
     options = read_options(clause)
@@ -164,7 +164,7 @@ def _function_name(node: exp.Expr) -> str:
     return node.sql_name().lower() if isinstance(node, exp.Func) else node.key
 
 
-def _refuse_forbidden(select: exp.Select, catalog: Catalog) -> None:
+def _refuse_forbidden(select: exp.Query, catalog: Catalog) -> None:
     for func in select.find_all(exp.Func):
         name = _function_name(func)
         if name in FORBIDDEN_FUNCTIONS:
@@ -174,11 +174,11 @@ def _refuse_forbidden(select: exp.Select, catalog: Catalog) -> None:
             raise StatementNotAllowed(f"schema {catalog.reserved_schema} is privsql's own")
 
 
-def _cte_names(select: exp.Select) -> set[str]:
+def _cte_names(select: exp.Query) -> set[str]:
     return {cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)}
 
 
-def _sources(select: exp.Select) -> list[exp.Table]:
+def _sources(select: exp.Query) -> list[exp.Table]:
     """Every table or file the query reads (CTE references and ``range`` excluded)."""
     ctes = _cte_names(select)
     return [
@@ -189,7 +189,7 @@ def _sources(select: exp.Select) -> list[exp.Table]:
     ]
 
 
-def _private_sources(select: exp.Select, catalog: Catalog) -> list[exp.Table]:
+def _private_sources(select: exp.Query, catalog: Catalog) -> list[exp.Table]:
     """Every source in the query that is not declared public; unknown table functions refused."""
     private = []
     for table in _sources(select):
@@ -501,4 +501,5 @@ def _values_query(values: Sequence[object]) -> exp.Query:
     if not values:
         raise InvalidOption("a public key list must not be empty")
     rows = [exp.tuple_(exp.convert(v)) for v in dict.fromkeys(values)]
-    return exp.select("*").from_(exp.Values(expressions=rows, alias=exp.TableAlias(this=exp.to_identifier("v"))))
+    values = exp.Values(expressions=rows, alias=exp.TableAlias(this=exp.to_identifier("v")))
+    return exp.Select(expressions=[exp.Star()], from_=exp.From(this=values))

@@ -82,7 +82,9 @@ def _rows(plan: Plan, keys: list[str], row_values: list, values: list[str]) -> s
     projection += [exp.alias_(k.expression.copy(), n) for k, n in zip(analysis.keys, keys)]
     projection += [exp.alias_(v.copy(), n) for v, n in zip(row_values, values)]
     query.set("expressions", projection)
-    query = query.where(exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null())))
+    query = query.where(
+        exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null())), copy=False
+    )
     return _sql(query.transform(_never_raise))
 
 
@@ -203,10 +205,15 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
         exp.alias_(item.unalias().transform(released), output_name(item), quoted=True)
         for item in analysis.select.expressions
     ]
-    query = exp.select(*outputs, *_support_columns(plan)).from_("__released")
+    query = exp.Select(
+        expressions=[*outputs, *_support_columns(plan)],
+        from_=exp.From(this=exp.Table(this=exp.to_identifier("__released"))),
+    )
     having = analysis.select.args.get("having")
     if having is not None:
-        query = query.where(having.this.transform(resolve_aliases).transform(released))
+        query = query.where(
+            having.this.transform(resolve_aliases).transform(released, copy=False), copy=False
+        )
     order = analysis.select.args.get("order")
     if order is not None:
         query.set("order", order.transform(released))

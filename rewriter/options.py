@@ -46,12 +46,16 @@ def _positive(node: exp.Expr | None, option: str) -> float | None:
     return value
 
 
+LARGEST_CAP = 2**31 - 1
+"""Row and group caps above this are refused: they bound nothing and would overflow."""
+
+
 def _count(node: exp.Expr | None, option: str) -> int | None:
     value = _positive(node, option)
     if value is None:
         return None
-    if value != int(value):
-        raise InvalidOption(f"{option} must be a whole number")
+    if value != int(value) or value > LARGEST_CAP:
+        raise InvalidOption(f"{option} must be a whole number from 1 to {LARGEST_CAP}")
     return int(value)
 
 

@@ -24,13 +24,17 @@ from rewriter.errors import InvalidOption, UnsupportedQuery
 GRID_BITS = 40
 """Clamped values are stored as integers of at most 2**GRID_BITS grid steps."""
 
+SMALLEST_EXPONENT = -1000
+"""The finest grid, 2**-1000: its reciprocal is still a finite double."""
+
 
 @dataclass(frozen=True)
 class Grid:
     """A power-of-two fixed-point grid for one clamped column.
 
     ``step`` = 2**exponent; the clamp bounds on the grid are ``low``..``high`` steps,
-    rounded inwards so every gridded value stays inside [lo, hi].
+    rounded inwards so every gridded value stays inside [lo, hi] (to within one step
+    when the interval is narrower than a step).
     """
 
     exponent: int
@@ -40,9 +44,11 @@ class Grid:
     @classmethod
     def for_bounds(cls, low: float, high: float) -> Grid:
         magnitude = max(abs(low), abs(high))
-        exponent = math.frexp(magnitude)[1] - GRID_BITS if magnitude > 0 else 0
+        exponent = max(math.frexp(magnitude)[1] - GRID_BITS, SMALLEST_EXPONENT)
         step = math.ldexp(1.0, exponent)
-        return cls(exponent, math.ceil(low / step), math.floor(high / step))
+        grid_low, grid_high = math.ceil(low / step), math.floor(high / step)
+        # An interval narrower than one step may hold no grid point: keep one.
+        return cls(exponent, grid_low, max(grid_low, grid_high))
 
     @property
     def step(self) -> float:
