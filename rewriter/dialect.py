@@ -4,8 +4,9 @@ The dialect is data on top of sqlglot's DuckDB dialect: one clause parser and tw
 generator entries. ``PRIVACY_UNIT`` may stand anywhere among a SELECT's modifiers
 after FROM (before or after WHERE, GROUP BY, HAVING, ORDER BY, LIMIT); it is kept
 in the SELECT's ``privacy`` arg and generated after HAVING. The clause words are
-reserved as table aliases so ``FROM t PRIVACY_UNIT u`` never reads ``PRIVACY_UNIT``
-as an alias of ``t``.
+reserved where they start the clause: ``PRIVACY_UNIT`` followed by a name is never read
+as a column or an implicit alias, so ``FROM t PRIVACY_UNIT u`` and ``GROUP BY ALL
+PRIVACY_UNIT u`` mean the clause, while ``SELECT privacy_unit, x`` reads a column.
 """
 
 from __future__ import annotations
@@ -27,14 +28,32 @@ OPTIONS = ("BOUND", "MAX_GROUPS", "EPSILON", "DELTA")
 class PrivSQLParser(DuckDBParser):
     """DuckDB's parser, taught the privacy clause and clamped aggregate arguments."""
 
+    def _at_clause_word(self) -> bool:
+        token = self._curr
+        return bool(token) and token.token_type == TokenType.VAR and token.text.upper() == CLAUSE
+
+    def _at_clause(self) -> bool:
+        """``PRIVACY_UNIT`` followed by a name starts the clause; alone it may be a column."""
+        following = self._next
+        return (
+            self._at_clause_word()
+            and bool(following)
+            and following.token_type in self.ID_VAR_TOKENS
+        )
+
     def _parse_table_alias(self, alias_tokens=None):  # type: ignore[no-untyped-def]
-        if self._curr and self._curr.text.upper() == CLAUSE:
-            return None
-        return super()._parse_table_alias(alias_tokens)
+        return None if self._at_clause_word() else super()._parse_table_alias(alias_tokens)
+
+    def _parse_alias(self, this, explicit=False):  # type: ignore[no-untyped-def]
+        return this if self._at_clause_word() else super()._parse_alias(this, explicit)
+
+    def _parse_column(self):  # type: ignore[no-untyped-def]
+        return None if self._at_clause() else super()._parse_column()
 
     def _parse_query_modifiers(self, this):  # type: ignore[no-untyped-def]
         this = super()._parse_query_modifiers(this)
-        while isinstance(this, exp.Select) and self._match_text_seq(CLAUSE):
+        while isinstance(this, exp.Select) and self._at_clause_word():
+            self._advance()
             if this.args.get("privacy"):
                 self.raise_error(f"Found multiple '{CLAUSE}' clauses")
             this.set("privacy", self._parse_privacy_unit())
@@ -43,7 +62,7 @@ class PrivSQLParser(DuckDBParser):
 
     def _parse_privacy_unit(self) -> PrivacyUnit:
         unit = self._parse_column()
-        if unit is None:
+        if not isinstance(unit, exp.Column) or isinstance(unit.this, exp.Star):
             self.raise_error(f"{CLAUSE} needs a column")
         clause = PrivacyUnit(this=unit)
         while self._curr and self._curr.text.upper() in OPTIONS:
