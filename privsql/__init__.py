@@ -1,9 +1,9 @@
 """privsql: differentially private SQL over DuckDB tables and Parquet files.
 
-    import privsql
-    db = privsql.connect("shop.duckdb", budget=3.0)
-    db.protect("orders", privacy_unit="user_id", bounds={"amount": (0, 500)})
-    db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
+import privsql
+db = privsql.connect("shop.duckdb", budget=3.0)
+db.protect("orders", privacy_unit="user_id", bounds={"amount": (0, 500)})
+db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
 """
 
 from privsql.ledger import BudgetExceeded, Charge

@@ -1,73 +1,471 @@
-"""The ``privsql`` command: run one query (``-c``) or a file of queries (``-f``).
+"""The ``privsql`` command: an interactive REPL, one query (``-c``) or a file of queries (``-f``).
 
+    privsql flights.duckdb --budget 3             # the REPL (see privsql/repl.py)
     privsql flights.duckdb -c "SELECT COUNT(*) FROM flights PRIVACY_UNIT tailnum BOUND ROWS 10"
+    privsql flights.duckdb -f queries.sql --format csv
 
-Results go to stdout as a table, the ε charged and refusals to stderr; the exit code
-is 0 on success and 1 on a refusal or error.
+Results go to stdout (a boxed table with each noisy cell's ± interval, CSV or JSON);
+the ε charged, refusals and errors go to stderr. ``-c`` and ``-f`` stop at the first
+refusal or error. Exit codes: 0 success, 1 a query was refused (a privacy rule or the
+budget; nothing was charged), 2 any other error (bad arguments, a missing file or
+table, a DuckDB error).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
+import math
 import sys
+import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import pyarrow as pa
+from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 import privsql
 from privsql.result import Result
 from rewriter.dialect import PrivSQL
 
+ALPHA = 0.05
+"""Intervals shown next to noisy cells hold the noise with probability 1 - ALPHA."""
 
-def format_table(result: Result) -> str:
-    """A DuckDB-style boxed table of a result."""
-    header = result.columns
-    rows = [["NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in row]
-            for row in result.fetchall()]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
+FORMATS = ("table", "csv", "json")
 
-    def line(left: str, mid: str, right: str) -> str:
-        return left + mid.join("─" * (w + 2) for w in widths) + right
+# -- text styles (ANSI; used only when writing to a terminal) ---------------------------
 
-    def cells(values: Sequence[str]) -> str:
-        return "│" + "│".join(f" {v:>{w}} " for v, w in zip(values, widths, strict=True)) + "│"
-
-    body = [line("┌", "┬", "┐"), cells(header), line("├", "┼", "┤")]
-    body += [cells(r) for r in rows]
-    body.append(line("└", "┴", "┘"))
-    return "\n".join(body)
+_STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 
-def _statements(text: str) -> list[str]:
-    """Split on the semicolons the SQL tokenizer sees (not those inside strings)."""
-    cuts = [t.start for t in PrivSQL().tokenize(text) if t.token_type == TokenType.SEMICOLON]
-    pieces = [text[a:b] for a, b in zip([0, *(c + 1 for c in cuts)], [*cuts, len(text)])]
-    return [p.strip() for p in pieces if p.strip()]
+def style(text: str, name: str, color: bool = True) -> str:
+    """``text`` wrapped in the ANSI style ``name`` (dim, bold, red, ...) when ``color``."""
+    return f"\x1b[{_STYLES[name]}m{text}\x1b[0m" if color and text else text
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes (wide East Asian characters count twice)."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = max(width - display_width(text), 0)
+    if align == ">":
+        return " " * gap + text
+    if align == "^":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
+
+
+def _truncate(text: str, width: int) -> str:
+    if display_width(text) <= width:
+        return text
+    out = ""
+    for char in text:
+        if display_width(out + char) > width - 1:
+            break
+        out += char
+    return out + "…"
+
+
+# -- numbers ---------------------------------------------------------------------------
+
+
+def format_value(value: object) -> str:
+    """A cell without an interval: NULL, integers exactly, floats to 6 significant digits."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == 0:
+            return "0"
+        magnitude = math.floor(math.log10(abs(value)))
+        if magnitude >= 15 or magnitude < -4:
+            return f"{value:.6g}"
+        digits = max(0, 5 - magnitude)
+        text = f"{value:.{digits}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    return str(value)
+
+
+def format_interval(value: object, half_width: float | None) -> tuple[str, str]:
+    """A noisy cell as (value, "± w"): w to two significant digits, the value to the same place."""
+    if half_width is None or value is None or not isinstance(value, int | float):
+        return format_value(value), ""
+    if isinstance(value, bool) or not math.isfinite(half_width) or half_width <= 0:
+        return format_value(value), ""
+    if not math.isfinite(float(value)) or abs(float(value)) >= 1e15 or half_width >= 1e15:
+        return format_value(value), f"± {half_width:.2g}"
+    decimals = min(max(0, 1 - math.floor(math.log10(half_width))), 12)
+    return f"{float(value):.{decimals}f}", f"± {half_width:.{decimals}f}"
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    values: list[str]
+    intervals: list[str]
+    numeric: bool
+
+
+_TYPE_NAMES = {"string": "varchar", "large_string": "varchar", "bool": "boolean"}
+
+
+def _columns(result: Result, alpha: float) -> list[Column]:
+    table = result.arrow()
+    widths = result.accuracy(alpha)
+    columns = []
+    for field, data in zip(table.schema, table.columns, strict=True):
+        values = data.to_pylist()
+        half_widths = widths.column(field.name).to_pylist()
+        cells = [format_interval(v, w) for v, w in zip(values, half_widths, strict=True)]
+        kind = field.type
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        columns.append(
+            Column(
+                name=field.name,
+                type=_TYPE_NAMES.get(str(field.type), str(field.type)),
+                values=[c[0] for c in cells],
+                intervals=[c[1] for c in cells],
+                numeric=numeric,
+            )
+        )
+    return columns
+
+
+def plain_columns(names: Sequence[str], rows: Sequence[Sequence[object]]) -> list[Column]:
+    """Columns of plain values (no intervals), typed by their first non-NULL value."""
+    columns = []
+    for i, name in enumerate(names):
+        values = [row[i] for row in rows]
+        sample = next((v for v in values if v is not None), None)
+        numeric = isinstance(sample, int | float) and not isinstance(sample, bool)
+        texts = [format_value(v) for v in values]
+        columns.append(Column(name, "", texts, [""] * len(texts), numeric))
+    return columns
+
+
+def format_table(
+    result: Result,
+    *,
+    alpha: float = ALPHA,
+    color: bool = False,
+    max_rows: int = 40,
+    max_width: int = 40,
+) -> str:
+    """A DuckDB-style boxed table; a noisy cell reads ``value ± half-width`` of its interval.
+
+    More than ``max_rows`` rows show the first and last halves; longer texts are cut at
+    ``max_width`` columns.
+    """
+    return render_box(_columns(result, alpha), color=color, max_rows=max_rows, max_width=max_width)
+
+
+def render_box(
+    columns: Sequence[Column], *, color: bool = False, max_rows: int = 40, max_width: int = 40
+) -> str:
+    """Draw columns as a boxed table, with a row of types under the names when they have one."""
+    rows = len(columns[0].values) if columns else 0
+    shown = list(range(rows))
+    if rows > max_rows:
+        shown = [*range(max_rows // 2), -1, *range(rows - max_rows // 2, rows)]
+    layout = []  # per column: (value width, interval width, total width)
+    for column in columns:
+        values = [_truncate(column.values[i], max_width) for i in shown if i >= 0]
+        intervals = [column.intervals[i] for i in shown if i >= 0]
+        value_width = max([display_width(v) for v in values], default=0)
+        interval_width = max([display_width(v) for v in intervals], default=0)
+        body = value_width + (1 + interval_width if interval_width else 0)
+        total = max(body, display_width(column.name), display_width(column.type))
+        layout.append((value_width, interval_width, total))
+
+    def rule(left: str, mid: str, right: str) -> str:
+        return left + mid.join("─" * (w + 2) for *_, w in layout) + right
+
+    def line(cells: Sequence[str]) -> str:
+        return "│" + "│".join(f" {c} " for c in cells) + "│"
+
+    widths = [w for *_, w in layout]
+    out = [rule("┌", "┬", "┐")]
+    out.append(line([_pad(c.name, w, "^") for c, w in zip(columns, widths, strict=True)]))
+    if any(c.type for c in columns):
+        types = [_pad(c.type, w, "^") for c, w in zip(columns, widths, strict=True)]
+        out.append(line([style(t, "dim", color) for t in types]))
+    out.append(rule("├", "┼", "┤"))
+    for i in shown:
+        cells = []
+        for column, (value_width, interval_width, total) in zip(columns, layout, strict=True):
+            if i < 0:
+                cells.append(_pad("·", total, "^"))
+                continue
+            value = _truncate(column.values[i], max_width)
+            if not interval_width:
+                cells.append(_pad(value, total, ">" if column.numeric else "<"))
+                continue
+            interval = _pad(column.intervals[i], interval_width, "<")
+            text = _pad(value, value_width, ">") + " " + style(interval, "dim", color)
+            cells.append(" " * (total - value_width - 1 - interval_width) + text)
+        out.append(line(cells))
+    out.append(rule("└", "┴", "┘"))
+    if rows > max_rows:
+        out.append(f"{rows} rows ({len(shown) - 1} shown)")
+    return "\n".join(out)
+
+
+def noisy_columns(result: Result, alpha: float = ALPHA) -> list[str]:
+    """Output columns that carry an interval (bare noisy aggregates)."""
+    widths = result.accuracy(alpha)
+    return [n for n in widths.column_names if widths.column(n).null_count < widths.num_rows]
+
+
+def _records(result: Result, alpha: float, intervals: bool) -> tuple[list[str], list[list]]:
+    names = list(result.columns)
+    rows = [list(r) for r in result.fetchall()]
+    if intervals:
+        widths = result.accuracy(alpha)
+        for name in noisy_columns(result, alpha):
+            names.append(f"{name}_halfwidth")
+            for row, w in zip(rows, widths.column(name).to_pylist(), strict=True):
+                row.append(w)
+    return names, rows
+
+
+def format_csv(result: Result, *, alpha: float = ALPHA, intervals: bool = False) -> str:
+    """CSV with a header; ``intervals`` adds a ``<column>_halfwidth`` column per noisy column."""
+    names, rows = _records(result, alpha, intervals)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return buffer.getvalue().rstrip("\n")
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return str(value)
+
+
+def format_json(result: Result, *, alpha: float = ALPHA, intervals: bool = False) -> str:
+    """A JSON array of row objects; ``intervals`` adds ``<column>_halfwidth`` keys."""
+    names, rows = _records(result, alpha, intervals)
+    records = [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
+    return json.dumps(records, ensure_ascii=False)
+
+
+def format_result(
+    result: Result,
+    fmt: str = "table",
+    *,
+    alpha: float = ALPHA,
+    color: bool = False,
+    intervals: bool = False,
+) -> str:
+    if fmt == "csv":
+        return format_csv(result, alpha=alpha, intervals=intervals)
+    if fmt == "json":
+        return format_json(result, alpha=alpha, intervals=intervals)
+    return format_table(result, alpha=alpha, color=color)
+
+
+def describe_cost(
+    result: Result, budget: privsql.Budget | None = None, alpha: float = ALPHA
+) -> str:
+    """One line: rows, what the answer cost and, given the budget, what remains."""
+    rows = len(result)
+    parts = [f"{rows} row{'s' if rows != 1 else ''}"]
+    if result.cached:
+        parts.append("stored answer, no cost")
+    elif result.epsilon == 0:
+        parts.append("public data: exact, no cost")
+    else:
+        cost = f"ε = {result.epsilon:g} charged"
+        parts.append(cost + (f" (δ = {result.delta:g})" if result.delta else ""))
+    if noisy_columns(result, alpha):
+        parts.append(f"± {1 - alpha:.0%} noise interval")
+    if budget is not None:
+        parts.append(f"ε remaining {budget.remaining:g} of {budget.total:g}")
+    return " · ".join(parts)
+
+
+def error_line(error: BaseException) -> tuple[str, int]:
+    """A one-line message and exit code for an exception raised by a query."""
+    if isinstance(error, privsql.PrivacyError):
+        message = str(error)
+        if "charged" not in message:
+            message += " (no ε charged)"
+        return f"refused: {message}", EXIT_REFUSED
+    text = str(error).strip() or type(error).__name__
+    lines = []
+    for piece in text.splitlines():
+        if not piece.strip() or piece.startswith("LINE "):
+            break
+        lines.append(piece.strip())
+    return f"error: {' '.join(lines)}", EXIT_ERROR
+
+
+# -- splitting input into commands -------------------------------------------------------
+
+
+def is_complete(text: str) -> bool:
+    """Whether ``text`` is ready to run: a dot command, or SQL whose last token is ``;``."""
+    stripped = text.strip()
+    if not stripped or stripped.startswith("."):
+        return True
+    try:
+        tokens = PrivSQL().tokenize(text)
+    except TokenError:
+        return False  # an unterminated string or comment
+    return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON
+
+
+def statements(text: str) -> list[str]:
+    """Split on the semicolons the SQL tokenizer sees (not those inside strings or comments)."""
+    try:
+        tokens = PrivSQL().tokenize(text)
+    except TokenError:
+        return [text.strip()] if text.strip() else []
+    cuts = [t.start for t in tokens if t.token_type == TokenType.SEMICOLON]
+    pieces = [
+        text[a:b] for a, b in zip([0, *(c + 1 for c in cuts)], [*cuts, len(text)], strict=True)
+    ]
+    return [p.strip() for p in pieces if _has_tokens(p)]
+
+
+def _has_tokens(piece: str) -> bool:
+    try:
+        return bool(PrivSQL().tokenize(piece))
+    except TokenError:
+        return bool(piece.strip())
+
+
+class CommandBuffer:
+    """Turns lines of input into commands: a dot command is one line; SQL ends with ``;``."""
+
+    def __init__(self) -> None:
+        self._sql: list[str] = []
+
+    @property
+    def pending(self) -> bool:
+        return any(line.strip() for line in self._sql)
+
+    def feed(self, line: str) -> list[str]:
+        if not self.pending and line.strip().startswith("."):
+            self._sql = []
+            return [line.strip()]
+        self._sql.append(line)
+        text = "\n".join(self._sql)
+        if not is_complete(text):
+            return []
+        self._sql = []
+        return statements(text)
+
+    def flush(self) -> list[str]:
+        text, self._sql = "\n".join(self._sql), []
+        return statements(text)
+
+
+def split_commands(text: str) -> list[str]:
+    buffer = CommandBuffer()
+    commands = [c for line in text.splitlines() for c in buffer.feed(line)]
+    return commands + buffer.flush()
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="privsql",
+        description="Differentially private SQL over DuckDB. Without -c or -f, opens a REPL.",
+        epilog="Exit codes: 0 success, 1 refused (nothing charged), 2 other error.",
+    )
+    p.add_argument(
+        "database", nargs="?", default=":memory:", help="DuckDB database file (default: in memory)"
+    )
+    p.add_argument("--budget", type=float, help="total ε of a new database's ledger")
+    p.add_argument("--epsilon", type=float, default=1.0, help="ε of a query naming none")
+    p.add_argument("--delta", type=float, default=1e-6, help="δ of a query naming none")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("-c", dest="command", metavar="SQL", help="run SQL (or a dot command)")
+    source.add_argument(
+        "-f", dest="file", metavar="FILE", help="run the commands of a file ('-': stdin)"
+    )
+    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--intervals",
+        action="store_true",
+        help="csv/json: add a <column>_halfwidth column per noisy column",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=ALPHA,
+        help="intervals hold the noise with probability 1 - ALPHA (default 0.05)",
+    )
+    p.add_argument("--no-color", action="store_true", help="never use colour")
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="privsql", description=__doc__.splitlines()[0])
-    parser.add_argument("database", nargs="?", default=":memory:")
-    parser.add_argument("--budget", type=float, help="total ε of a new database's ledger")
-    parser.add_argument("--epsilon", type=float, default=1.0, help="ε of a query naming none")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("-c", dest="command", help="run one SQL statement")
-    source.add_argument("-f", dest="file", help="run the statements of a file")
-    args = parser.parse_args(argv)
-    if args.command is None and args.file is None:
-        parser.error("give -c SQL or -f FILE (the interactive REPL is not available yet)")
-    text = args.command if args.command is not None else open(args.file).read()
+    args = parser().parse_args(argv)
+    if not 0 < args.alpha < 1:
+        print("privsql: error: --alpha must be between 0 and 1", file=sys.stderr)
+        return EXIT_ERROR
+    text = None
+    if args.command is not None:
+        text = args.command
+    elif args.file is not None:
+        try:
+            text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+        except OSError as error:
+            print(f"privsql: error: {error.strerror}: {args.file}", file=sys.stderr)
+            return EXIT_ERROR
     try:
-        with privsql.connect(args.database, budget=args.budget, epsilon=args.epsilon) as db:
-            for statement in _statements(text):
-                result = db.sql(statement)
-                print(format_table(result))
-                cost = "stored answer, no cost" if result.cached else f"ε = {result.epsilon:g}"
-                print(f"{cost}; remaining ε = {db.budget.remaining:g}", file=sys.stderr)
-    except privsql.PrivacyError as error:
-        print(f"privsql: {error}", file=sys.stderr)
-        return 1
-    return 0
+        db = privsql.connect(
+            args.database, budget=args.budget, epsilon=args.epsilon, delta=args.delta
+        )
+    except Exception as error:
+        message, code = error_line(error)
+        print(f"privsql: {message}", file=sys.stderr)
+        return code
+
+    from privsql.repl import Shell, interact
+
+    with db:
+        if text is None:
+            return interact(db, args)
+        shell = Shell(
+            db,
+            fmt=args.format,
+            alpha=args.alpha,
+            intervals=args.intervals,
+            color=False,
+            err_color=sys.stderr.isatty() and not args.no_color,
+            progress=sys.stderr.isatty(),
+            prefix="privsql: ",
+        )
+        for command in split_commands(text):
+            code = shell.run(command)
+            if code != EXIT_OK or shell.done:
+                return code
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Answers: a released table that reads like a DuckDB result, plus what it cost and how exact it is."""
+"""Answers: a released table that reads like a DuckDB result, with its cost and accuracy."""
 
 from __future__ import annotations
 

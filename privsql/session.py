@@ -61,7 +61,7 @@ class Explanation:
                 f"  keys: partition selection, ε = {p['epsilon']:g}, δ = {p['delta']:g}, "
                 f"threshold {p['threshold']} distinct units"
             )
-        return "\n".join(lines + ["", self.sql])
+        return "\n".join([*lines, "", self.sql])
 
 
 class Budget:
@@ -163,7 +163,7 @@ class Session:
         return self._result(table, query_plan, cached=False)
 
     def explain(self, query: str, *, keys: Keys | None = None) -> Explanation:
-        """The rewritten SQL, bounds, noise scales and ε of a query; reads no data, spends nothing."""
+        """Rewritten SQL, bounds, noise scales and ε of a query; reads no data, costs nothing."""
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
             sql = analysis.select.sql(dialect="duckdb")
@@ -231,7 +231,9 @@ class Session:
 
     def _columns(self, source: str) -> list[str]:
         try:
-            return [row[0] for row in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+            return [
+                row[0] for row in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+            ]
         except duckdb.Error:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 

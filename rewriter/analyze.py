@@ -36,7 +36,7 @@ FILE_READERS = frozenset({"read_parquet", "parquet_scan", "read_csv", "read_csv_
 """Table functions that read files; their rows are private."""
 
 FORBIDDEN_FUNCTIONS = frozenset(
-    {"getvariable", "current_setting", "query", "query_table", "read_text", "read_blob"}
+    {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
 )
 """Scalar functions that read session state or data behind the analyser's back."""
 
@@ -94,14 +94,25 @@ def parse(sql: str) -> exp.Query:
     try:
         statements = [s for s in sqlglot.parse(sql, read=PrivSQL) if s is not None]
     except ParseError as error:
+        if not _looks_like_query(sql):
+            raise StatementNotAllowed("only SELECT statements are allowed") from None
         raise QuerySyntaxError(_first_line(error)) from None
     if len(statements) != 1:
         raise StatementNotAllowed("send exactly one SELECT statement")
     statement = statements[0]
+    for func in statement.find_all(exp.Func):
+        start, end = func.meta.get("start"), func.meta.get("end")
+        if start is not None and end is not None:
+            func.meta["name"] = sql[start : end + 1]
     if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
         raise StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
     return statement
+
+
+def _looks_like_query(sql: str) -> bool:
+    words = sql.lstrip(" \t\r\n(").split(None, 1)
+    return bool(words) and words[0].upper() in {"SELECT", "WITH", "FROM", "VALUES"}
 
 
 def _first_line(error: ParseError) -> str:
@@ -144,6 +155,8 @@ def analyze(
     key_nodes = _group_keys(select)
     aggregates = _aggregates(select, unit, source, catalog)
     _refuse_raw_outputs(select, key_nodes)
+    if not aggregates and not key_nodes:
+        raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, source, catalog, keys or {})
     query = select.copy()
     query.set("privacy", None)
@@ -232,9 +245,11 @@ def _resolve_unit(unit: exp.Column, source: exp.Table, catalog: Catalog) -> exp.
         raise InvalidPrivacyUnit(f"{unit.sql()} is not a column of the private source")
     if unit.name.lower() not in columns:
         raise InvalidPrivacyUnit(f"{unit.name} is not a column of the private source")
-    protection = catalog.protected.get(source.name.lower()) if not isinstance(
-        source.this, exp.Func
-    ) else None
+    protection = (
+        catalog.protected.get(source.name.lower())
+        if not isinstance(source.this, exp.Func)
+        else None
+    )
     if protection and protection.privacy_unit.lower() != unit.name.lower():
         raise InvalidPrivacyUnit(
             f"the owner of {source.name} declared its privacy unit as "
@@ -252,11 +267,16 @@ def _refuse_shapes(select: exp.Select) -> None:
         raise UnsupportedQuery("sampling private data is not allowed")
     if any(not isinstance(star.parent, exp.Count) for star in select.find_all(exp.Star)):
         raise NonPrivateOutput("SELECT * would output private rows; select aggregates instead")
+    if any(select.find_all(exp.Columns)):
+        raise NonPrivateOutput("COLUMNS(...) is not allowed over private data; name the columns")
     if any(select.find_all(exp.Lateral)):
         raise UnsupportedQuery("LATERAL over private data is not allowed")
     group = select.args.get("group")
     if group and (
-        group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
+        group.args.get("rollup")
+        or group.args.get("cube")
+        or group.args.get("grouping_sets")
+        or any(group.find_all(exp.Rollup, exp.Cube, exp.GroupingSets))
     ):
         raise UnsupportedQuery("GROUPING SETS, ROLLUP and CUBE are not allowed over private data")
     if group and group.args.get("all"):
@@ -307,14 +327,23 @@ def _aggregates(
                 continue
             aggregate = _classify(node, unit, source, catalog)
             found.setdefault(to_sql(node), aggregate)
-    for where in (select.args.get("where"), *[j.args.get("on") for j in select.args.get("joins") or []]):
+    for where in (
+        select.args.get("where"),
+        *[j.args.get("on") for j in select.args.get("joins") or []],
+    ):
         if where is not None and any(_is_aggregate(n, catalog) for n in where.find_all(exp.Func)):
             raise UnsupportedQuery("aggregates are not allowed in WHERE or ON")
     return tuple(found.values())
 
 
+def _written_name(node: exp.Expr) -> str:
+    """The function's name as the analyst typed it, where sqlglot kept it, else DuckDB's."""
+    text = node.meta.get("name")
+    return (text or node.sql(dialect=PrivSQL).split("(", 1)[0]).upper()
+
+
 def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog) -> Aggregate:
-    name = _function_name(node).upper()
+    name = _written_name(node)
     for inner in node.find_all(exp.Func):
         if inner is not node and _is_aggregate(inner, catalog):
             raise NonDPAggregate(f"aggregates nested inside {name} are not allowed")
@@ -347,7 +376,11 @@ def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
         return Aggregate(node, AggregateKind.COUNT_ROWS)
     if isinstance(this, exp.Distinct):
         targets = this.expressions
-        if len(targets) == 1 and isinstance(targets[0], exp.Column) and targets[0].name.lower() == unit.name.lower():
+        if (
+            len(targets) == 1
+            and isinstance(targets[0], exp.Column)
+            and targets[0].name.lower() == unit.name.lower()
+        ):
             return Aggregate(node, AggregateKind.COUNT_UNITS)
         raise NonDPAggregate("COUNT(DISTINCT ...) is only allowed on the privacy unit")
     return Aggregate(node, AggregateKind.COUNT_VALUES, argument=this)
@@ -364,7 +397,9 @@ def _bounded_argument(
             raise InvalidOption(f"the bounds of {name} must be finite with low <= high")
         return argument.this, (low, high)
     protection = (
-        catalog.protected.get(source.name.lower()) if not isinstance(source.this, exp.Func) else None
+        catalog.protected.get(source.name.lower())
+        if not isinstance(source.this, exp.Func)
+        else None
     )
     if isinstance(argument, exp.Column) and protection:
         declared = {c.lower(): b for c, b in protection.bounds.items()}
@@ -430,7 +465,9 @@ def _key_domains(
     """The public values of each key: from this query's key list, the owner, or a public table."""
     names = _key_names(select, keys)
     protection = (
-        catalog.protected.get(source.name.lower()) if not isinstance(source.this, exp.Func) else None
+        catalog.protected.get(source.name.lower())
+        if not isinstance(source.this, exp.Func)
+        else None
     )
     declared = {c.lower(): v for c, v in (protection.keys.items() if protection else [])}
     given = {c.lower(): v for c, v in query_keys.items()}
@@ -446,7 +483,9 @@ def _key_domains(
         domains.append(_public_column_domain(key, public_tables, catalog))
     unknown = set(given) - {n for n in names if n}
     if unknown:
-        raise InvalidOption(f"keys given for {', '.join(sorted(unknown))}, which is not a GROUP BY key")
+        raise InvalidOption(
+            f"keys given for {', '.join(sorted(unknown))}, which is not a GROUP BY key"
+        )
     return domains
 
 

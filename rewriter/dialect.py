@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError
+from sqlglot.generator import Generator
 from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import TokenType
@@ -137,9 +138,16 @@ class PrivSQLGenerator(DuckDBGenerator):
         Clamped: _clamped_sql,
     }
 
+    def withingroup_sql(self, expression: exp.WithinGroup) -> str:
+        """Keep ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x)`` as written (DuckDB's
+        generator rewrites it to QUANTILE_CONT, which reads back as another tree)."""
+        return Generator.withingroup_sql(self, expression)
+
     AFTER_HAVING_MODIFIER_TRANSFORMS = {
         **DuckDBGenerator.AFTER_HAVING_MODIFIER_TRANSFORMS,
-        "privacy": lambda self, e: self.seg(self.sql(e, "privacy")) if e.args.get("privacy") else "",
+        "privacy": lambda self, e: (
+            self.seg(self.sql(e, "privacy")) if e.args.get("privacy") else ""
+        ),
     }
 
 

@@ -68,8 +68,7 @@ def generate(plan: Plan, functions: Functions) -> str:
     released = _released(plan, keys, columns, functions)
     body = ",\n".join(f"{name} AS (\n{sql}\n)" for name, sql in ctes.items())
     return (
-        f"WITH {body},\n__released AS MATERIALIZED (\n{released}\n)\n"
-        f"{_post_processing(plan, keys)}"
+        f"WITH {body},\n__released AS MATERIALIZED (\n{released}\n)\n{_post_processing(plan, keys)}"
     )
 
 
@@ -78,27 +77,47 @@ def _rows(plan: Plan, keys: list[str], row_values: list, values: list[str]) -> s
     query = analysis.select.copy()
     for arg in ("group", "having", "order", "limit", "offset"):
         query.set(arg, None)
-    projection = [exp.alias_(analysis.unit.copy(), "__unit")]
-    projection += [exp.alias_(k.expression.copy(), n) for k, n in zip(analysis.keys, keys)]
-    projection += [exp.alias_(v.copy(), n) for v, n in zip(row_values, values)]
+    projection = [exp.alias_(_never_raise(analysis.unit), "__unit")]
+    projection += [
+        exp.alias_(_never_raise(k.expression), n) for k, n in zip(analysis.keys, keys, strict=True)
+    ]
+    projection += [exp.alias_(_never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
     query.set("expressions", projection)
-    query = query.where(
-        exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null())), copy=False
-    )
-    return _sql(query.transform(_never_raise))
+    where = query.args.get("where")
+    kept = exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null()))
+    condition = exp.and_(_never_raise(where.this), kept) if where is not None else kept
+    query.set("where", exp.Where(this=condition))
+    for join in query.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            join.set("on", _never_raise(join.args["on"]))
+    return _sql(query)
 
 
 def _never_raise(node: exp.Expr) -> exp.Expr:
-    """CAST on private rows becomes TRY_CAST: a malformed value gives NULL, not an error
-    whose occurrence (or message) would depend on private data."""
-    if type(node) is exp.Cast:
-        return exp.TryCast(this=node.this, to=node.args["to"])
-    return node
+    """A row-level expression that yields NULL where it would raise.
+
+    DuckDB's TRY turns a failing CAST, regular expression or overflow into NULL, so
+    whether a query succeeds, and the message it fails with, cannot depend on a private
+    value (a NULL condition drops the row, like SQL). Literals and columns cannot fail;
+    subqueries read only public data (private sources are refused there).
+    """
+    if isinstance(node, (exp.Column, exp.Literal, exp.Query)):
+        return node.copy()
+    if not any(node.find_all(exp.Query)):
+        return exp.func("try", node.copy())
+    # TRY cannot hold a subquery (which reads only public data): guard the rest around it.
+    guarded = node.copy()
+    for key, value in guarded.args.items():
+        if isinstance(value, exp.Expr):
+            guarded.set(key, _never_raise(value))
+        elif isinstance(value, list):
+            guarded.set(key, [_never_raise(v) if isinstance(v, exp.Expr) else v for v in value])
+    return guarded
 
 
 def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
     group = _list(["__unit", *keys])
-    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums))
+    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums, strict=True))
     return f"SELECT {group}, count(*) AS __rows{aggregates} FROM __source GROUP BY {group}"
 
 
@@ -131,7 +150,7 @@ def _bounded(plan: Plan, keys: list[str], values: list[str], sums: list[str]) ->
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
         f"ORDER BY hash({SECRET}, {content}), {_list(values, 'r.') or 'r.__unit'}) <= {cap}"
     )
-    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums))
+    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums, strict=True))
     capped = (
         f"SELECT {_list(cell)}, count(*) AS __rows{aggregates} FROM ({ranked}) "
         f"GROUP BY {_list(cell)}"
@@ -164,7 +183,9 @@ def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: F
     domains = [k.domain for k in plan.analysis.keys]
     if keys and plan.partition is None:
         domain = " CROSS JOIN ".join(
-            f"({_sql(d)}) AS d{i}({k})" for i, (d, k) in enumerate(zip(domains, keys)) if d
+            f"({_sql(d)}) AS d{i}({k})"
+            for i, (d, k) in enumerate(zip(domains, keys, strict=True))
+            if d
         )
         on = " AND ".join(f"d.{k} IS NOT DISTINCT FROM g.{k}" for k in keys)
         return (
@@ -185,7 +206,7 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
     """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only."""
     analysis = plan.analysis
     statistics = {to_sql(s.aggregate.node): s.expression for s in plan.statistics}
-    key_columns = {to_sql(k.expression): n for k, n in zip(analysis.keys, keys)}
+    key_columns = {to_sql(k.expression): n for k, n in zip(analysis.keys, keys, strict=True)}
     aliases = {s.alias.lower(): s.unalias() for s in analysis.select.expressions if s.alias}
 
     def released(node: exp.Expr) -> exp.Expr:
@@ -239,7 +260,11 @@ def _support_columns(plan: Plan) -> list[exp.Expr]:
         if len(s.measurements) == 2
     }
     return [
-        exp.alias_(exp.column(averages[to_sql(item.unalias())]), SUPPORT_PREFIX + output_name(item), quoted=True)
+        exp.alias_(
+            exp.column(averages[to_sql(item.unalias())]),
+            SUPPORT_PREFIX + output_name(item),
+            quoted=True,
+        )
         for item in plan.analysis.select.expressions
         if to_sql(item.unalias()) in averages
     ]

@@ -132,6 +132,8 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     total_epsilon = options.epsilon or epsilon
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
     shares = len(analysis.aggregates) + (1 if private_keys else 0)
+    if shares == 0:
+        raise UnsupportedQuery("the query releases nothing private: add a DP aggregate")
     share = total_epsilon / shares
     builder = _Builder(rows_cap * groups_cap, groups_cap)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)

@@ -61,7 +61,9 @@ def test_private_keys_go_through_partition_selection(flights_db):
     # Large carriers are released; none is invented.
     carriers = {r[0] for r in result.fetchall()}
     assert {"UA", "DL", "AA"} <= carriers
-    assert carriers <= {r[0] for r in flights_db._con.execute("SELECT carrier FROM flights").fetchall()}
+    assert carriers <= {
+        r[0] for r in flights_db._con.execute("SELECT carrier FROM flights").fetchall()
+    }
 
 
 def _exact_bounded_counts(db: privsql.Session, sql: str) -> dict:
@@ -78,7 +80,11 @@ def test_one_unit_with_many_rows_moves_count_by_at_most_k_times_g(flights_con):
     )
     for k, g in [(1, 1), (5, 3), (20, 10)]:
         query = sql.format(k=k, g=g)
-        keys = {"dest": [r[0] for r in flights_con.execute("SELECT DISTINCT dest FROM flights").fetchall()]}
+        keys = {
+            "dest": [
+                r[0] for r in flights_con.execute("SELECT DISTINCT dest FROM flights").fetchall()
+            ]
+        }
         before = dict(db.sql(query, keys=keys).fetchall())
         flights_con.execute(
             "INSERT INTO flights (tailnum, dest, distance) "
