@@ -7,6 +7,7 @@ db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
 """
 
 from privsql.ledger import BudgetExceeded, Charge
+from privsql.magic import load_ipython_extension
 from privsql.result import Result
 from privsql.session import Budget, Explanation, Session, connect
 from rewriter.errors import (
@@ -40,4 +41,5 @@ __all__ = [
     "StatementNotAllowed",
     "UnsupportedQuery",
     "connect",
+    "load_ipython_extension",
 ]

@@ -28,6 +28,7 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 import privsql
+from privsql.plot import noisy_columns
 from privsql.result import Result
 from rewriter.dialect import PrivSQL
 
@@ -224,12 +225,6 @@ def render_box(
     if rows > max_rows:
         out.append(f"{rows} rows ({len(shown) - 1} shown)")
     return "\n".join(out)
-
-
-def noisy_columns(result: Result, alpha: float = ALPHA) -> list[str]:
-    """Output columns that carry an interval (bare noisy aggregates)."""
-    widths = result.accuracy(alpha)
-    return [n for n in widths.column_names if widths.column(n).null_count < widths.num_rows]
 
 
 def _records(result: Result, alpha: float, intervals: bool) -> tuple[list[str], list[list]]:

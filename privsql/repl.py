@@ -358,7 +358,7 @@ class Shell:
             elif protection is not None:
                 access, unit = "private", protection.privacy_unit
             else:
-                access, unit = "private", "(name it in PRIVACY_UNIT)"
+                access, unit = "private", "chosen per query"
             rows.append((name, access, unit, ", ".join(c for c, _ in columns)))
         box = plain_columns(["table", "access", "privacy unit", "columns"], rows)
         self.say(render_box(box, color=self.color, max_width=60))

@@ -21,15 +21,24 @@ import pyarrow.compute as pc
 import udfs
 from privsql.ledger import BudgetExceeded, Ledger, StoredAnswer
 from privsql.result import HalfWidth, Result
-from rewriter.analyze import Analysis, PublicQuery, analyze
+from rewriter.analyze import PublicQuery, analyze
 from rewriter.catalog import Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
 from rewriter.fingerprint import fingerprint_sql
-from rewriter.generate import SECRET, SUPPORT_PREFIX, Functions, generate, output_name
-from rewriter.plan import Plan, Statistic, plan
+from rewriter.generate import (
+    SECRET,
+    SUPPORT_PREFIX,
+    Functions,
+    generate,
+    output_name,
+    threshold_sql,
+)
+from rewriter.plan import CANDIDATES, Plan, Statistic, plan
 
 FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep")
+CAP_KEY = b"privsql.cap"
+"""Arrow metadata of a stored answer: the cap its AUTO threshold search chose."""
 Keys = Mapping[str, Sequence[object]]
 
 
@@ -40,20 +49,26 @@ class Explanation:
     sql: str
     epsilon: float
     delta: float
-    rows_cap: int
-    groups_cap: int
+    bounding: dict
     aggregates: tuple[dict, ...]
     partition_selection: dict | None
 
     def __str__(self) -> str:
-        lines = [
-            f"ε = {self.epsilon:g}, δ = {self.delta:g}; each unit keeps at most "
-            f"{self.rows_cap} rows in each of at most {self.groups_cap} groups",
-        ]
-        for a in self.aggregates:
+        b = self.bounding
+        lines = [f"ε = {self.epsilon:g}, δ = {self.delta:g}"]
+        if b:
+            cap = b["cap"] if b["cap"] is not None else "AUTO"
             lines.append(
-                f"  {a['aggregate']}: Laplace on {a['measurement']}, sensitivity "
-                f"{a['sensitivity']:g}, ε = {a['epsilon']:g}, scale {a['scale']:g}"
+                f"  bounding: {b['strategy']} {cap} per unit and group, "
+                f"at most {b['groups']} groups per unit"
+            )
+            if b.get("search"):
+                lines.append(f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}")
+        for a in self.aggregates:
+            scale = f"{a['scale']:g}" if a["scale"] is not None else "set by the threshold"
+            lines.append(
+                f"  {a['aggregate']}: Laplace on {a['measurement']}, ε = {a['epsilon']:g}, "
+                f"scale {scale}"
             )
         if self.partition_selection:
             p = self.partition_selection
@@ -61,7 +76,9 @@ class Explanation:
                 f"  keys: partition selection, ε = {p['epsilon']:g}, δ = {p['delta']:g}, "
                 f"threshold {p['threshold']} distinct units"
             )
-        return "\n".join([*lines, "", self.sql])
+        if self.sql:
+            lines += ["", self.sql]
+        return "\n".join(lines)
 
 
 class Budget:
@@ -91,16 +108,19 @@ class Session:
         epsilon: float,
         delta: float,
         rng: udfs.RandomSource,
+        owns_connection: bool = True,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
         if not (0 < delta < 1):
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
+        self._owns_connection = owns_connection
         self._ledger = Ledger(connection.cursor(), budget)
         self.epsilon = epsilon
         self.delta = delta
         self.budget = Budget(self._ledger)
+        self._rng = rng
         self._functions = self._register(rng)
         self._aggregates = frozenset(
             name
@@ -143,17 +163,17 @@ class Session:
         if isinstance(analysis, PublicQuery):
             return Result(self._run_public(analysis))
         query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta)
-        statement = generate(query_plan, FUNCTIONS)
-        key = Ledger.query_key(statement)
+        key = _answer_key(query_plan)
         if not self._ledger.affordable(query_plan.epsilon) and not self._ledger.has_answers(key):
             raise BudgetExceeded(
                 f"this query needs ε = {query_plan.epsilon:g} but only "
                 f"ε = {self._ledger.remaining:g} remains; nothing was charged"
             )
-        data, table = self._execute(analysis, statement)
+        data, table, query_plan = self._execute(query_plan)
         stored = self._ledger.answer(key, data)
         if stored is not None:
-            return self._result(stored, query_plan, cached=True)
+            cap = int(stored.schema.metadata[CAP_KEY])
+            return self._result(stored, query_plan.with_cap(cap), cached=True)
         self._ledger.charge(
             to_sql(analysis.select),
             query_plan.epsilon,
@@ -167,27 +187,42 @@ class Session:
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
             sql = analysis.select.sql(dialect="duckdb")
-            return Explanation(sql, 0.0, 0.0, 0, 0, (), None)
+            return Explanation(sql, 0.0, 0.0, {}, (), None)
         query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta)
+        resolved = query_plan.search is None
         measurements = {m.name: m for m in query_plan.measurements}
         aggregates = tuple(
             {
                 "aggregate": to_sql(s.aggregate.node),
                 "measurement": m.name,
-                "sensitivity": m.sensitivity * m.unit,
                 "epsilon": m.epsilon,
-                "scale": m.scale,
+                "scale": query_plan.sensitivity(m) * m.unit / m.epsilon
+                if resolved or m.kind == "units"
+                else None,
             }
             for s in query_plan.statistics
             for m in (measurements[name] for name in s.measurements)
         )
+        search = query_plan.search
+        bounding = {
+            "strategy": query_plan.bounding.strategy,
+            "cap": query_plan.bounding.cap,
+            "groups": query_plan.bounding.groups,
+            "search": None
+            if search is None
+            else (
+                f"the {search.rank}-th largest cell size"
+                if search.rule == "rank"
+                else "EMMMR20's v(h) minimiser"
+            ),
+            "search_epsilon": 0.0 if search is None else search.epsilon,
+        }
         partition = query_plan.partition
         return Explanation(
-            sql=generate(query_plan, FUNCTIONS),
+            sql=generate(query_plan, FUNCTIONS) if resolved else "",
             epsilon=query_plan.epsilon,
             delta=query_plan.delta,
-            rows_cap=query_plan.rows_cap,
-            groups_cap=query_plan.groups_cap,
+            bounding=bounding,
             aggregates=aggregates,
             partition_selection=None
             if partition is None
@@ -201,8 +236,10 @@ class Session:
         )
 
     def close(self) -> None:
+        """End the session; a connection passed to ``connect`` stays open for its owner."""
         udfs.unregister(self._con, self._functions)
-        self._con.close()
+        if self._owns_connection:
+            self._con.close()
 
     def __enter__(self) -> Session:
         return self
@@ -249,20 +286,22 @@ class Session:
     def _run_public(self, query: PublicQuery) -> pa.Table:
         return self._con.sql(query.select.sql(dialect="duckdb")).to_arrow_table()
 
-    def _execute(self, analysis: Analysis, statement: str) -> tuple[str, pa.Table]:
-        """The data fingerprint and the released table, read in one snapshot.
+    def _execute(self, query_plan: Plan) -> tuple[str, pa.Table, Plan]:
+        """The data fingerprint, the released table and the plan as run, in one snapshot.
 
-        DuckDB's messages from the private part are not passed on: they could quote
-        private values.
+        An AUTO threshold is chosen first, from per-cell counts only. DuckDB's messages
+        from the private part are not passed on: they could quote private values.
         """
-        con = self._con
+        con, analysis = self._con, query_plan.analysis
         con.execute("BEGIN TRANSACTION")
         try:
             fingerprint = con.execute(
                 fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
             ).fetchall()[0]
-            secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
-            table = con.sql(statement, params=secret).to_arrow_table()
+            if query_plan.search is not None:
+                summary = self._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
+                query_plan = query_plan.with_cap(self._threshold(query_plan, summary))
+            table = self._run(generate(query_plan, FUNCTIONS)).to_arrow_table()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
             raise  # decided from the SQL and the schema alone: safe to show
         except duckdb.Error as error:
@@ -272,7 +311,26 @@ class Session:
             ) from None
         finally:
             con.execute("ROLLBACK")
-        return repr(fingerprint), table
+        table = table.replace_schema_metadata({CAP_KEY: str(query_plan.bounding.cap)})
+        return repr(fingerprint), table, query_plan
+
+    def _run(self, statement: str) -> duckdb.DuckDBPyRelation:
+        secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
+        return self._con.sql(statement, params=secret)
+
+    def _threshold(self, query_plan: Plan, summary: Sequence[int]) -> int:
+        """The AUTO cap, chosen by the plan's rule from the per-unit summary."""
+        search = query_plan.search
+        assert search is not None
+        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
+        if search.rule == "rank":
+            return udfs.rank_threshold(
+                CANDIDATES, exceedances, search.rank, search.epsilon, self._rng
+            )
+        centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
+        return udfs.variance_threshold(
+            CANDIDATES, units, exceedances, search.half_range, centred, search.epsilon, self._rng
+        )
 
     def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
@@ -287,6 +345,26 @@ class Session:
         )
 
 
+def _answer_key(query_plan: Plan) -> str:
+    """What identifies a query for stored answers: everything the plan decided but the
+    AUTO threshold, which is itself part of the (stored) answer."""
+    measurements = [
+        (m.name, m.kind, m.bound, m.epsilon, m.step, m.weight_bits, m.value and to_sql(m.value))
+        for m in query_plan.measurements
+    ]
+    keys = [(to_sql(k.expression), k.domain and to_sql(k.domain)) for k in query_plan.analysis.keys]
+    return Ledger.query_key(
+        to_sql(query_plan.analysis.select),
+        to_sql(query_plan.analysis.unit),
+        measurements,
+        keys,
+        repr(query_plan.bounding),
+        repr(query_plan.search),
+        repr(query_plan.partition),
+        query_plan.epsilon,
+    )
+
+
 def _half_widths(query_plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
     """Interval half-widths for outputs that are a bare COUNT, SUM or AVG."""
     measurements = {m.name: m for m in query_plan.measurements}
@@ -296,7 +374,7 @@ def _half_widths(query_plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
 
     def width(name: str, alpha: float) -> float:
         m = measurements[name]
-        return udfs.laplace_halfwidth(m.sensitivity, m.epsilon, alpha) * m.unit
+        return udfs.laplace_halfwidth(query_plan.sensitivity(m), m.epsilon, alpha) * m.unit
 
     for item in query_plan.analysis.select.expressions:
         statistic = statistics.get(to_sql(item.unalias()))
@@ -351,9 +429,8 @@ def connect(
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
     )
-    connection = (
-        database
-        if isinstance(database, duckdb.DuckDBPyConnection)
-        else duckdb.connect(str(database))
+    given = isinstance(database, duckdb.DuckDBPyConnection)
+    connection = database if given else duckdb.connect(str(database))
+    return Session(
+        connection, budget=budget, epsilon=epsilon, delta=delta, rng=rng, owns_connection=not given
     )
-    return Session(connection, budget=budget, epsilon=epsilon, delta=delta, rng=rng)

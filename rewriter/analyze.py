@@ -67,6 +67,8 @@ class Key:
 
     expression: exp.Expr
     domain: exp.Query | None
+    size: int | None = None
+    """How many public values the domain lists, when it is a list."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def analyze(
         options=options,
         source=source,
         unit=unit,
-        keys=tuple(Key(k, d) for k, d in zip(key_nodes, domains, strict=True)),
+        keys=tuple(Key(k, d, n) for k, (d, n) in zip(key_nodes, domains, strict=True)),
         aggregates=aggregates,
         sources=tuple(_sources(select)),
     )
@@ -461,8 +463,9 @@ def _key_domains(
     source: exp.Table,
     catalog: Catalog,
     query_keys: Mapping[str, Sequence[object]],
-) -> list[exp.Query | None]:
-    """The public values of each key: from this query's key list, the owner, or a public table."""
+) -> list[tuple[exp.Query | None, int | None]]:
+    """The public values of each key (a query, and their number when listed): from this
+    query's key list, the owner's declaration, or a public table."""
     names = _key_names(select, keys)
     protection = (
         catalog.protected.get(source.name.lower())
@@ -472,15 +475,15 @@ def _key_domains(
     declared = {c.lower(): v for c, v in (protection.keys.items() if protection else [])}
     given = {c.lower(): v for c, v in query_keys.items()}
     public_tables = _public_tables(select, catalog)
-    domains: list[exp.Query | None] = []
+    domains: list[tuple[exp.Query | None, int | None]] = []
     for key, name in zip(keys, names, strict=True):
         values = given.get(name) if name else None
         if values is None and isinstance(key, exp.Column) and _belongs_to(key, source, catalog):
             values = declared.get(key.name.lower())
         if values is not None:
-            domains.append(_values_query(values))
+            domains.append((_values_query(values), len(set(values))))
             continue
-        domains.append(_public_column_domain(key, public_tables, catalog))
+        domains.append((_public_column_domain(key, public_tables, catalog), None))
     unknown = set(given) - {n for n in names if n}
     if unknown:
         raise InvalidOption(

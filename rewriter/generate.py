@@ -50,25 +50,71 @@ def _list(names: Sequence[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{n}" for n in names)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Column names of the generated statement: keys, per-row values and their cell sums."""
+
+    keys: list[str]
+    valued: list[Measurement]
+    values: list[str]
+    sums: list[str]
+
+    @classmethod
+    def of(cls, plan: Plan) -> _Layout:
+        valued = [m for m in plan.measurements if m.value is not None]
+        return cls(
+            keys=[f"__k{i}" for i in range(len(plan.analysis.keys))],
+            valued=valued,
+            values=[f"__v{i}" for i in range(len(valued))],
+            sums=[f"__s{i}" for i in range(len(valued))],
+        )
+
+    @property
+    def cell(self) -> list[str]:
+        return ["__unit", *self.keys]
+
+
+def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
+    """The stages every statement shares: rows, cells, and the groups each unit keeps."""
+    return {
+        "__source": _rows(plan, layout.keys, [m.value for m in layout.valued], layout.values),
+        "__cells": _cells(layout.keys, layout.values, layout.sums),
+        "__chosen": _chosen(plan, layout.keys),
+    }
+
+
+def _with(ctes: dict[str, str]) -> str:
+    return "WITH " + ",\n".join(f"{name} AS (\n{sql}\n)" for name, sql in ctes.items())
+
+
 def generate(plan: Plan, functions: Functions) -> str:
     """The whole private query as DuckDB SQL (one statement, parameter ``$privsql_secret``)."""
-    analysis = plan.analysis
-    keys = [f"__k{i}" for i in range(len(analysis.keys))]
-    sums = [m for m in plan.measurements if m.kind == "sum"]
-    values = [f"__v{i}" for i in range(len(sums))]
-    cell_sums = [f"__s{i}" for i in range(len(sums))]
-    ctes = {
-        "__source": _rows(plan, keys, [m.value for m in sums], values),
-        "__cells": _cells(keys, values, cell_sums),
-        "__chosen": _chosen(plan, keys),
-        "__bounded": _bounded(plan, keys, values, cell_sums),
-        "__groups": _groups(keys, cell_sums),
-    }
-    columns = _measured_columns(plan.measurements, cell_sums)
-    released = _released(plan, keys, columns, functions)
-    body = ",\n".join(f"{name} AS (\n{sql}\n)" for name, sql in ctes.items())
+    layout = _Layout.of(plan)
+    ctes = _common(plan, layout)
+    ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
+    ctes["__groups"] = _groups(layout.keys, layout.sums)
+    columns = _measured_columns(plan.measurements, layout.sums)
+    released = _released(plan, layout.keys, columns, functions)
     return (
-        f"WITH {body},\n__released AS MATERIALIZED (\n{released}\n)\n{_post_processing(plan, keys)}"
+        f"{_with(ctes)},\n__released AS MATERIALIZED (\n{released}\n)\n"
+        f"{_post_processing(plan, layout.keys)}"
+    )
+
+
+def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
+    """One row: the number of units, then how many have a kept cell of more than each
+    candidate number of rows.
+
+    This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
+    Adding or removing a unit moves each count by at most one.
+    """
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE __largest > {c}) AS __over{i}" for i, c in enumerate(candidates)
+    )
+    largest = "SELECT __unit, max(__rows) AS __largest FROM __chosen GROUP BY __unit"
+    return (
+        f"{_with(_common(plan, _Layout.of(plan)))}\n"
+        f"SELECT count(*) AS __units, {counts} FROM ({largest})"
     )
 
 
@@ -127,7 +173,7 @@ def _chosen(plan: Plan, keys: list[str]) -> str:
     order = f"hash({SECRET}, __unit, {_list(keys)}), {_list(keys)}"
     return (
         "SELECT * FROM __cells QUALIFY row_number() OVER "
-        f"(PARTITION BY __unit ORDER BY {order}) <= {plan.groups_cap}"
+        f"(PARTITION BY __unit ORDER BY {order}) <= {plan.bounding.groups}"
     )
 
 
@@ -137,25 +183,70 @@ def _same_cell(keys: list[str], left: str, right: str) -> str:
     return " AND ".join(pairs)
 
 
-def _bounded(plan: Plan, keys: list[str], values: list[str], sums: list[str]) -> str:
-    cap = plan.rows_cap
-    cell = ["__unit", *keys]
+def _rows_bounded(plan: Plan, layout: _Layout) -> str:
+    """AKMV19 sample limiting: at most k rows per cell, the k smallest by keyed hash."""
+    cap, cell = plan.bounding.cap, layout.cell
     if not plan.needs_rows:
         return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows FROM __chosen"
-    whole = f"SELECT {_list([*cell, '__rows', *sums])} FROM __chosen WHERE __rows <= {cap}"
-    content = _list([*cell, *values], "r.")
+    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
+    content = _list([*cell, *layout.values], "r.")
     ranked = (
         f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
-        f"WHERE __rows > {cap}) AS c ON {_same_cell(keys, 'r', 'c')} "
+        f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
-        f"ORDER BY hash({SECRET}, {content}), {_list(values, 'r.') or 'r.__unit'}) <= {cap}"
+        f"ORDER BY hash({SECRET}, {content}), {_list(layout.values, 'r.') or 'r.__unit'}) <= {cap}"
     )
-    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums, strict=True))
-    capped = (
-        f"SELECT {_list(cell)}, count(*) AS __rows{aggregates} FROM ({ranked}) "
-        f"GROUP BY {_list(cell)}"
+    sums = "".join(
+        f", sum({v}) AS {s}" for v, s in zip(layout.values, layout.sums, strict=True)
     )
+    capped = f"SELECT {_list(cell)}, count(*) AS __rows{sums} FROM ({ranked}) GROUP BY {_list(cell)}"
     return f"{whole}\nUNION ALL\n{capped}"
+
+
+def _weights_bounded(plan: Plan, layout: _Layout) -> str:
+    """EMMMR20 weighted averaging: a cell of s rows weighs each row min(1, h/s).
+
+    Per cell that is ``least(s, h)`` rows and ``sum · min(1, h/s)`` on a 2**-W weight
+    grid (floor division keeps |weighted| <= h·bound·2**W exactly); no row is re-read.
+    """
+    cap = plan.bounding.cap
+    weighted = "".join(
+        f", CASE WHEN __rows <= {cap} THEN CAST({s} AS HUGEINT) * {1 << m.weight_bits} "
+        f"ELSE CAST({s} AS HUGEINT) * {cap << m.weight_bits} // __rows END AS {s}"
+        for m, s in zip(layout.valued, layout.sums, strict=True)
+    )
+    return f"SELECT {_list(layout.cell)}, least(__rows, {cap}) AS __rows{weighted} FROM __chosen"
+
+
+def _clip_bounded(plan: Plan, layout: _Layout) -> str:
+    """RT24 Theorem III.1 clipping: a cell of s rows clips centred values to ±R·n/s.
+
+    Cells with at most n rows pass whole; larger cells re-read their rows, clip each
+    centred value to ±floor(R·n/s) half-steps (R the column's range), so the cell's
+    centred sum stays within R·n = T, and count at most n rows.
+    """
+    cap, cell = plan.bounding.cap, layout.cell
+    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
+    widths = "".join(
+        f", {m.bound * cap} // __rows AS __w{i}" for i, m in enumerate(layout.valued)
+    )
+    parts = []
+    for i, (m, v, s) in enumerate(zip(layout.valued, layout.values, layout.sums, strict=True)):
+        if m.kind == "centred":
+            parts.append(f", sum(greatest(least(r.{v}, c.__w{i}), -c.__w{i})) AS {s}")
+        else:
+            parts.append(f", least(sum(r.{v}), {cap}) AS {s}")
+    clipped = (
+        f"SELECT {_list(cell, 'r.')}, least(count(*), {cap}) AS __rows{''.join(parts)} "
+        f"FROM __source AS r JOIN (SELECT {_list(cell)}{widths} FROM __chosen "
+        f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
+        f"GROUP BY {_list(cell, 'r.')}"
+    )
+    return f"{whole}\nUNION ALL\n{clipped}"
+
+
+BOUNDING = {"ROWS": _rows_bounded, "WEIGHTS": _weights_bounded, "CLIP": _clip_bounded}
+"""The ``__bounded`` stage of each strategy."""
 
 
 def _groups(keys: list[str], sums: list[str]) -> str:
@@ -170,14 +261,14 @@ def _measured_columns(measurements: Sequence[Measurement], sums: list[str]) -> d
     columns = {}
     next_sum = iter(sums)
     for m in measurements:
-        columns[m.name] = {"rows": "__rows", "units": "__units"}.get(m.kind) or next(next_sum)
+        columns[m.name] = next(next_sum) if m.value is not None else f"__{m.kind}"
     return columns
 
 
 def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: Functions) -> str:
     noisy = ", ".join(
         f"{functions.noise}(CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT), "
-        f"CAST({m.sensitivity} AS HUGEINT), CAST('{m.epsilon!r}' AS DOUBLE)) AS {m.name}"
+        f"CAST({plan.sensitivity(m)} AS HUGEINT), CAST('{m.epsilon!r}' AS DOUBLE)) AS {m.name}"
         for m in plan.measurements
     )
     domains = [k.domain for k in plan.analysis.keys]

@@ -14,12 +14,13 @@ docs/privacy.md has the argument for each statistic.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from rewriter.analyze import Aggregate, AggregateKind, Analysis
 from rewriter.errors import InvalidOption, UnsupportedQuery
+from rewriter.options import AUTO
 
 GRID_BITS = 40
 """Clamped values are stored as integers of at most 2**GRID_BITS grid steps."""
@@ -59,22 +60,41 @@ class Grid:
         return max(abs(self.low), abs(self.high))
 
 
+WEIGHT_BITS = 20
+"""BOUND WEIGHTS: weights min(1, h/s) are applied on a grid of 2**-WEIGHT_BITS."""
+
+AUTO_SHARE = 0.2
+"""The share of a query's ε spent choosing an AUTO threshold."""
+
+CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
+"""AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
+
+STRATEGIES = ("ROWS", "WEIGHTS", "CLIP")
+
+
 @dataclass(frozen=True)
 class Measurement:
-    """One exact integer per group: ``rows`` (row count), ``units`` or ``sum`` of ``value``."""
+    """One exact integer per group that the release stage perturbs.
+
+    ``kind`` is ``rows`` (row count), ``units`` (distinct units), ``count`` (sum of a
+    0/1 indicator), ``sum`` (sum of gridded values) or ``centred`` (sum of doubled,
+    midpoint-centred gridded values); ``bound`` is the largest magnitude one kept row
+    adds; ``step`` what one grid unit is worth in the statistic's units before the
+    ``2**weight_bits`` fixed-point weighting of BOUND WEIGHTS.
+    """
 
     name: str
     kind: str
     value: exp.Expr | None
-    sensitivity: int
+    bound: int
     epsilon: float
-    unit: float = 1.0
-    """What one grid step is worth in the statistic's units (the grid step, or 1 for counts)."""
+    step: float = 1.0
+    weight_bits: int = 0
 
     @property
-    def scale(self) -> float:
-        """The Laplace scale in the statistic's units: sensitivity / ε, times the unit."""
-        return self.sensitivity * self.unit / self.epsilon
+    def unit(self) -> float:
+        """What one unit of the noisy integer is worth in the statistic's units."""
+        return math.ldexp(self.step, -self.weight_bits)
 
 
 @dataclass(frozen=True)
@@ -97,67 +117,127 @@ class PartitionSelection:
 
 
 @dataclass(frozen=True)
+class Bounding:
+    """How one unit's contribution is bounded (SPEC section 2, the seeds' algorithms).
+
+    ``cap`` is rows per unit and group: ``k`` of AKMV19's sample limiting (ROWS), ``h``
+    of EMMMR20's weighted averaging (WEIGHTS), or RT24's row count ``n`` with
+    ``T = U·n`` (CLIP); ``None`` until an AUTO threshold is chosen. ``groups`` is
+    MAX_GROUPS (1 without GROUP BY).
+    """
+
+    strategy: str
+    cap: int | None
+    groups: int
+
+
+@dataclass(frozen=True)
+class ThresholdSearch:
+    """A cap to choose privately before the query runs (BOUND ... AUTO).
+
+    ``rule`` is ``rank`` — the ``rank``-th largest cell size, by the exponential
+    mechanism (AKMV19 sec. 3 for ROWS; RT24's T for CLIP) — or ``variance`` — the
+    minimiser of EMMMR20's v(h) on a noisy histogram of cell sizes (WEIGHTS with AVG).
+    One unit owns at most ``groups`` cells, so either input has sensitivity ``groups``.
+    """
+
+    rule: str
+    epsilon: float
+    rank: int
+    half_range: float
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the generator needs, and everything ``explain`` shows."""
 
     analysis: Analysis
-    rows_cap: int
-    groups_cap: int
+    bounding: Bounding
     measurements: tuple[Measurement, ...]
     statistics: tuple[Statistic, ...]
     partition: PartitionSelection | None
     epsilon: float
     delta: float
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    search: ThresholdSearch | None = None
 
     @property
     def needs_rows(self) -> bool:
-        """Whether the row cap must pick rows (some measurement sums row values)."""
-        return any(m.value is not None for m in self.measurements)
+        """Whether bounding must read rows again (some measurement sums row values)."""
+        return self.bounding.strategy != "WEIGHTS" and any(
+            m.value is not None for m in self.measurements
+        )
+
+    def sensitivity(self, measurement: Measurement) -> int:
+        """L1 sensitivity over all groups, from the caps the generated SQL enforces."""
+        if measurement.kind == "units":
+            return self.bounding.groups
+        if self.bounding.cap is None:
+            raise ValueError("the AUTO threshold has not been chosen yet")
+        per_cell = self.bounding.cap * measurement.bound << measurement.weight_bits
+        return max(1, self.bounding.groups * per_cell)
+
+    def with_cap(self, cap: int) -> Plan:
+        """This plan once its AUTO threshold is chosen."""
+        return replace(self, bounding=replace(self.bounding, cap=cap), search=None)
 
 
 def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
-    """Choose bounds, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults."""
+    """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults."""
     options = analysis.options
-    strategy = options.strategy or "AUTO"
-    if strategy != "ROWS" or options.threshold == "AUTO":
-        raise UnsupportedQuery(
-            f"BOUND {strategy}{' AUTO' if options.threshold == 'AUTO' else ''} is not available "
-            "yet; write BOUND ROWS k"
-        )
-    rows_cap = int(options.threshold or 0)
-    if rows_cap < 1:
-        raise InvalidOption("BOUND ROWS needs a row cap k >= 1")
-    groups_cap = options.max_groups if analysis.keys else 1
     total_epsilon = options.epsilon or epsilon
+    groups = options.max_groups if analysis.keys else 1
+    has_mean = any(a.kind == AggregateKind.AVG for a in analysis.aggregates)
+    strategy = options.strategy or "AUTO"
+    automatic = strategy == "AUTO" or options.threshold == AUTO or strategy == "CLIP"
+    if strategy == "AUTO":
+        # Weighted averaging keeps every row, has the same sensitivity as sample limiting
+        # with k = h and no sampling variance (EMMMR20 Thm 3), and needs no ranking.
+        strategy = "WEIGHTS"
+    if strategy == "CLIP" and any(a.kind == AggregateKind.SUM for a in analysis.aggregates):
+        raise UnsupportedQuery("BOUND CLIP bounds means (RT24): use it with AVG and COUNT")
+    search_epsilon = total_epsilon * AUTO_SHARE if automatic else 0.0
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
     shares = len(analysis.aggregates) + (1 if private_keys else 0)
     if shares == 0:
         raise UnsupportedQuery("the query releases nothing private: add a DP aggregate")
-    share = total_epsilon / shares
-    builder = _Builder(rows_cap * groups_cap, groups_cap)
+    share = (total_epsilon - search_epsilon) / shares
+    cap = None if automatic else int(options.threshold or 0)
+    if cap is not None and cap < 1:
+        raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
+    builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
-    partition = None
-    query_delta = 0.0
-    if private_keys:
-        query_delta = options.delta or delta
-        partition = PartitionSelection(groups_cap, share, query_delta)
+    search = None
+    if automatic:
+        rule = "variance" if strategy == "WEIGHTS" and has_mean else "rank"
+        released = _public_groups(analysis)
+        rank = math.ceil((2 if strategy == "CLIP" else 1) * released / share)
+        half_range = max(
+            (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
+        )
+        search = ThresholdSearch(rule, search_epsilon, rank, half_range)
+    query_delta = (options.delta or delta) if private_keys else 0.0
     return Plan(
         analysis=analysis,
-        rows_cap=rows_cap,
-        groups_cap=groups_cap,
+        bounding=Bounding(strategy, cap, groups),
         measurements=tuple(builder.measurements),
         statistics=statistics,
-        partition=partition,
+        partition=PartitionSelection(groups, share, query_delta) if private_keys else None,
         epsilon=total_epsilon,
         delta=query_delta,
+        search=search,
     )
+
+
+def _public_groups(analysis: Analysis) -> int:
+    """How many groups get noise: the number of listed public keys, else 1 (not known)."""
+    sizes = [k.size for k in analysis.keys]
+    return math.prod(sizes) if sizes and all(sizes) else 1
 
 
 COUNTED = {
     AggregateKind.COUNT_ROWS: ("rows", False),
     AggregateKind.COUNT_UNITS: ("units", False),
-    AggregateKind.COUNT_VALUES: ("sum", True),
+    AggregateKind.COUNT_VALUES: ("count", True),
 }
 """Counts: which measurement each is, and whether it sums a per-row indicator."""
 
@@ -165,40 +245,39 @@ COUNTED = {
 class _Builder:
     """Accumulates measurements while turning each aggregate into a statistic."""
 
-    def __init__(self, row_contribution: int, groups_cap: int) -> None:
-        self.row_contribution = row_contribution
-        self.groups_cap = groups_cap
+    def __init__(self, weight_bits: int) -> None:
+        self.weight_bits = weight_bits
         self.measurements: list[Measurement] = []
 
     def measure(
-        self, kind: str, value: exp.Expr | None, bound: int, epsilon: float, unit: float = 1.0
-    ) -> exp.Column:
-        contribution = self.groups_cap if kind == "units" else self.row_contribution
+        self, kind: str, value: exp.Expr | None, bound: int, epsilon: float, step: float = 1.0
+    ) -> Measurement:
+        bits = self.weight_bits if kind in ("count", "sum", "centred") else 0
         name = f"__m{len(self.measurements)}"
-        self.measurements.append(
-            Measurement(name, kind, value, max(1, contribution * bound), epsilon, unit)
-        )
-        return exp.column(name)
+        measurement = Measurement(name, kind, value, bound, epsilon, step, bits)
+        self.measurements.append(measurement)
+        return measurement
 
     def statistic(self, aggregate: Aggregate, epsilon: float) -> Statistic:
         kind = aggregate.kind
         if kind in COUNTED:
             measured, per_row = COUNTED[kind]
             value = _present(aggregate.argument) if per_row else None
-            column = self.measure(measured, value, 1, epsilon)
-            return Statistic(aggregate, _integer(column), (column.name,))
+            m = self.measure(measured, value, 1, epsilon)
+            expression = _integer(m) if m.weight_bits == 0 else _scaled(m)
+            return Statistic(aggregate, expression, (m.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
         if kind == AggregateKind.SUM:
-            column = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
-            return Statistic(aggregate, _scaled(column, grid.step), (column.name,), grid)
+            m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
+            return Statistic(aggregate, _scaled(m), (m.name,), grid)
         centred = exp.Sub(
             this=exp.Mul(this=exp.Literal.number(2), expression=gridded),
             expression=exp.Literal.number(grid.low + grid.high),
         )
-        total = self.measure("sum", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
-        count = self.measure("sum", _present(aggregate.argument), 1, epsilon / 2)
+        total = self.measure("centred", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
+        count = self.measure("count", _present(aggregate.argument), 1, epsilon / 2)
         return Statistic(aggregate, _mean(total, count, grid), (total.name, count.name), grid)
 
 
@@ -206,9 +285,9 @@ def _type(kind: exp.DType) -> exp.DataType:
     return exp.DataType(this=kind)
 
 
-def _integer(column: exp.Column) -> exp.Expr:
+def _integer(measurement: Measurement) -> exp.Expr:
     """A noisy count as BIGINT (NULL, never an error, in the impossible case it overflows)."""
-    return exp.TryCast(this=column, to=_type(exp.DType.BIGINT))
+    return exp.TryCast(this=exp.column(measurement.name), to=_type(exp.DType.BIGINT))
 
 
 def _double(value: float) -> exp.Expr:
@@ -249,19 +328,19 @@ def _gridded(argument: exp.Expr | None, grid: Grid) -> exp.Expr:
     return exp.Cast(this=kept, to=_type(exp.DType.BIGINT))
 
 
-def _scaled(column: exp.Column, step: float) -> exp.Expr:
-    return exp.Mul(this=exp.Cast(this=column, to=_type(exp.DType.DOUBLE)), expression=_double(step))
+def _scaled(measurement: Measurement) -> exp.Expr:
+    """The noisy integer in the statistic's units, as DOUBLE."""
+    column = exp.Cast(this=exp.column(measurement.name), to=_type(exp.DType.DOUBLE))
+    return exp.Mul(this=column, expression=_double(measurement.unit))
 
 
-def _mean(total: exp.Column, count: exp.Column, grid: Grid) -> exp.Expr:
+def _mean(total: Measurement, count: Measurement, grid: Grid) -> exp.Expr:
     """mid + (noisy centred sum) / max(1, noisy count), kept inside [low, high]."""
     step = grid.step
     middle = (grid.low + grid.high) * step / 2
     ratio = exp.Div(
-        this=_scaled(total, step / 2),
-        expression=exp.func(
-            "greatest", exp.Cast(this=count, to=_type(exp.DType.DOUBLE)), _double(1.0)
-        ),
+        this=_scaled(total),
+        expression=exp.func("greatest", _scaled(count), _double(1.0)),
     )
     estimate = exp.Add(this=_double(middle), expression=ratio)
     return exp.func(

@@ -164,7 +164,9 @@ def test_explain_spends_nothing_and_shows_the_plan(flights_db):
     assert explanation.epsilon == 1
     assert "privsql_laplace" in explanation.sql
     assert {a["aggregate"] for a in explanation.aggregates} >= {"COUNT(*)"}
-    assert explanation.rows_cap == 600 and explanation.groups_cap == 3
+    assert explanation.bounding == {
+        "strategy": "ROWS", "cap": 600, "groups": 3, "search": None, "search_epsilon": 0.0
+    }
 
 
 def test_result_reads_like_a_duckdb_relation(flights_db):

@@ -201,7 +201,7 @@ def test_pf_accepts_numpy_integers() -> None:
     assert permute_and_flip(list(scores), np.float64(1.0), np.int64(2), rng) in range(4)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(
     scores=st.lists(
         st.fractions(min_value=-(10**12), max_value=10**12, max_denominator=10**6),

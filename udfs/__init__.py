@@ -8,6 +8,13 @@ nothing of SQL parsing; see ``docs/privacy.md`` (Appendix A) for the privacy arg
 from udfs.discrete_laplace import bernoulli_exp, sample_discrete_laplace, scale_of
 from udfs.laplace import laplace_halfwidth, laplace_release
 from udfs.partition import keep_partitions, partition_threshold
+from udfs.quantile import (
+    private_quantile,
+    private_weighted_quantile,
+    quantile_scores,
+    quantile_sensitivity,
+    rank_error_bound,
+)
 from udfs.random import RandomSource, SeededRandom, SystemRandom
 from udfs.register import (
     HUGEINT_MAX,
@@ -17,6 +24,8 @@ from udfs.register import (
     register,
     unregister,
 )
+from udfs.selection import permute_and_flip
+from udfs.threshold import rank_threshold, variance_threshold
 
 __all__ = [
     "HUGEINT_MAX",
@@ -31,8 +40,16 @@ __all__ = [
     "laplace_halfwidth",
     "laplace_release",
     "partition_threshold",
+    "permute_and_flip",
+    "private_quantile",
+    "private_weighted_quantile",
+    "quantile_scores",
+    "quantile_sensitivity",
+    "rank_error_bound",
+    "rank_threshold",
     "register",
     "sample_discrete_laplace",
     "scale_of",
     "unregister",
+    "variance_threshold",
 ]

@@ -37,9 +37,15 @@ from collections.abc import Sequence
 from fractions import Fraction
 from numbers import Rational, Real
 
-from udfs.discrete_laplace import _check_epsilon, _check_sensitivity
+from udfs.discrete_laplace import _check_sensitivity
 from udfs.random import RandomSource
-from udfs.selection import _check_positive_bound, _exact_rational, _permute_and_flip_integers
+from udfs.selection import (
+    _as_fraction,
+    _check_positive_bound,
+    _exact_epsilon,
+    _exact_rational,
+    _permute_and_flip_integers,
+)
 
 __all__ = [
     "private_quantile",
@@ -57,7 +63,7 @@ def _check_p(p: object) -> Fraction:
     if isinstance(p, bool) or not isinstance(p, Real):
         raise TypeError(f"p must be a real number in [0, 1], got {p!r}")
     if isinstance(p, Rational):
-        value = Fraction(p.numerator, p.denominator)
+        value = _as_fraction(p)
     else:
         as_float = float(p)
         if not math.isfinite(as_float):
@@ -81,7 +87,7 @@ def _check_range(low: object, high: object) -> tuple[Fraction, Fraction]:
         if not math.isfinite(as_float):
             raise ValueError(f"{name} must be a finite float, got {value!r}")
         if isinstance(value, Rational):
-            out.append(Fraction(value.numerator, value.denominator))
+            out.append(_as_fraction(value))
         else:
             out.append(Fraction(as_float))
     lo, hi = out
@@ -216,7 +222,7 @@ def private_quantile(
     """
     prob = _check_p(p)
     lo, hi = _check_range(low, high)
-    eps = _check_epsilon(epsilon)
+    eps = _exact_epsilon(epsilon)
     unit = _check_sensitivity(rows, "rows")
     return _private_bucket_point(_exact_counts(counts), unit, prob, lo, hi, eps, rng)
 
@@ -241,7 +247,7 @@ def private_weighted_quantile(
     """
     prob = _check_p(p)
     lo, hi = _check_range(low, high)
-    eps = _check_epsilon(epsilon)
+    eps = _exact_epsilon(epsilon)
     h = _check_positive_bound(unit_weight, "unit_weight")
     # Weights and h on one integer scale L (the scores' common factor L cancels in PF).
     masses, _ = _common_scale([*_exact_masses(weights, "weight"), h])
@@ -264,7 +270,7 @@ def rank_error_bound(
     total. Public parameters only; costs no privacy.
     """
     g = _check_sensitivity(buckets, "buckets")
-    eps = _check_epsilon(epsilon)
+    eps = _exact_epsilon(epsilon)
     delta = _check_positive_bound(sensitivity, "sensitivity")
     if isinstance(alpha, bool) or not isinstance(alpha, Real) or not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")

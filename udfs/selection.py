@@ -44,6 +44,16 @@ from udfs.random import RandomSource
 __all__ = ["permute_and_flip"]
 
 
+def _as_fraction(value: Rational) -> Fraction:
+    """An exact Fraction with Python-int parts (numpy integers would overflow later)."""
+    return Fraction(int(value.numerator), int(value.denominator))
+
+
+def _exact_epsilon(epsilon: float) -> Fraction:
+    """epsilon (finite, > 0) as an exact Fraction with Python-int parts."""
+    return _as_fraction(_check_epsilon(epsilon))
+
+
 def _exact_rational(value: object, name: str) -> Fraction:
     """``value`` as an exact :class:`Fraction`; ints (incl. numpy ints) and Rationals only.
 
@@ -53,7 +63,7 @@ def _exact_rational(value: object, name: str) -> Fraction:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or Fraction, not a bool")
     if isinstance(value, Rational):
-        return Fraction(value.numerator, value.denominator)
+        return _as_fraction(value)
     try:
         return Fraction(operator.index(value))
     except TypeError:
@@ -70,7 +80,7 @@ def _check_positive_bound(value: object, name: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     if isinstance(value, Rational):
-        out = Fraction(value.numerator, value.denominator)
+        out = _as_fraction(value)
     else:
         as_float = float(value)
         if not math.isfinite(as_float):
@@ -122,7 +132,7 @@ def permute_and_flip(
 
     Returns an index in ``range(len(scores))``; raises ``ValueError`` for no candidates.
     """
-    eps = _check_epsilon(epsilon)
+    eps = _exact_epsilon(epsilon)
     delta = _check_positive_bound(sensitivity, "sensitivity")
     integer_scores = list(scores)
     if not integer_scores:

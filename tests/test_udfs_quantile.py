@@ -1,0 +1,405 @@
+"""Tests for udfs.quantile: private (weighted) quantiles over bucket counts, selected by PF.
+
+Fixed ``SeededRandom(..., insecure=True)`` seeds throughout. Goodness-of-fit tests compare
+the selected bucket with PF's exact output distribution (enumerated over all visiting
+orders) at a p-value cutoff of 1e-6; the privacy test compares neighbouring count vectors
+with a 5.5-standard-error margin per comparison (two-sided normal tail ~3.8e-8), and shows
+that a 1.5x too large epsilon is detected.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.test_udfs_selection import P_CUTOFF, chi2_pvalue, pf_probabilities
+from udfs.quantile import (
+    private_quantile,
+    private_weighted_quantile,
+    quantile_scores,
+    quantile_sensitivity,
+    rank_error_bound,
+)
+from udfs.random import SeededRandom
+
+Z_CUTOFF = 5.5
+
+
+def _bucket_of(x: float, low: float, high: float, buckets: int) -> int:
+    """The bucket holding x, computed exactly (x is a float, so Fraction(x) is exact)."""
+    b = math.floor((Fraction(x) - Fraction(low)) * buckets / (Fraction(high) - Fraction(low)))
+    return min(b, buckets - 1)
+
+
+def _bucket_draws(counts, p, epsilon, rows, n: int, seed: int) -> np.ndarray:
+    """Selected buckets of n runs over [0, G): bucket b is [b, b + 1)."""
+    rng = SeededRandom(seed, insecure=True)
+    g = len(counts)
+    out = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        x = private_quantile(counts, p, 0.0, float(g), epsilon, rows, rng)
+        assert 0.0 <= x <= g
+        out[k] = min(int(x), g - 1)  # exact: b <= x < b + 1 for integer bucket bounds
+    return np.bincount(out, minlength=g)
+
+
+# --- scores and sensitivity ---------------------------------------------------------------
+
+
+def test_quantile_scores_are_exact() -> None:
+    # total 23; u_b = -|(1 - p) below - p above|
+    assert quantile_scores([3, 10, 4, 0, 6], 0.5) == [
+        Fraction(-10),
+        Fraction(-7, 2),
+        Fraction(-7, 2),
+        Fraction(-11, 2),
+        Fraction(-17, 2),
+    ]
+    p = Fraction(0.3)  # the float's exact value is used
+    assert quantile_scores([1, 2, 3], 0.3) == [
+        -abs((1 - p) * 0 - p * 5),
+        -abs((1 - p) * 1 - p * 3),
+        -abs((1 - p) * 3 - p * 0),
+    ]
+    assert quantile_scores([Fraction(1, 3), 2], 0.5) == [Fraction(-1), Fraction(-1, 6)]
+    assert quantile_scores([0, 0, 0], 0.25) == [0, 0, 0]
+    assert quantile_sensitivity(0.5, 1) == Fraction(1, 2)
+    assert quantile_sensitivity(0.25, 3) == Fraction(9, 4)
+    assert quantile_sensitivity(0.0, Fraction(2, 3)) == Fraction(2, 3)
+    assert quantile_sensitivity(1.0, 4) == 4
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=1, max_size=12),
+    p=st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.7, 0.99, 1.0]),
+    rows=st.integers(1, 5),
+    data=st.data(),
+)
+def test_scores_move_by_at_most_the_sensitivity(counts, p, rows, data) -> None:
+    """Adding or removing up to ``rows`` values anywhere moves every score <= Delta."""
+    g = len(counts)
+    changes = data.draw(st.lists(st.integers(0, g - 1), min_size=1, max_size=rows))
+    neighbour = list(counts)
+    remove = data.draw(st.booleans())
+    for b in changes:
+        if remove and neighbour[b] == 0:
+            continue
+        neighbour[b] += -1 if remove else 1
+    delta = quantile_sensitivity(p, rows)
+    for u, v in zip(quantile_scores(counts, p), quantile_scores(neighbour, p), strict=True):
+        assert abs(u - v) <= delta
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    weights=st.lists(st.fractions(0, 20, max_denominator=12), min_size=1, max_size=8),
+    extra=st.lists(st.fractions(0, 1, max_denominator=12), min_size=1, max_size=4),
+    p=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+    data=st.data(),
+)
+def test_weighted_scores_move_by_at_most_h_max_p(weights, extra, p, data) -> None:
+    """A unit of total weight h = sum(extra) moves every weighted score <= h max(p, 1-p)."""
+    h = sum(extra)
+    neighbour = list(weights)
+    for w in extra:
+        neighbour[data.draw(st.integers(0, len(weights) - 1))] += w
+    if h == 0:
+        assert quantile_scores(neighbour, p) == quantile_scores(weights, p)
+        return
+    delta = quantile_sensitivity(p, h)
+    for u, v in zip(quantile_scores(weights, p), quantile_scores(neighbour, p), strict=True):
+        assert abs(u - v) <= delta
+
+
+# --- the bucket choice is exactly PF on the scores ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("counts", "p", "rows", "n"),
+    [
+        ([3, 10, 4, 0, 6], 0.5, 1, 50_000),
+        ([3, 10, 4, 0, 6], 0.25, 1, 50_000),
+        ([3, 10, 4, 0, 6], 0.9, 2, 50_000),
+        ([2, 1, 3, 0, 2], 0.5, 1, 50_000),
+        # Edge cases: empty group, one value, everything in one bucket, p = 0 and p = 1.
+        ([0, 0, 0, 0, 0], 0.5, 1, 20_000),
+        ([0, 0, 1, 0, 0], 0.5, 1, 20_000),
+        ([0, 0, 0, 40, 0], 0.5, 1, 20_000),
+        ([0, 2, 1, 0, 3], 0.0, 1, 20_000),
+        ([0, 2, 1, 0, 3], 1.0, 1, 20_000),
+    ],
+)
+def test_bucket_choice_matches_pf(counts, p, rows, n) -> None:
+    seed = 1000 + sum(counts) * 7 + int(p * 100) + rows
+    observed = _bucket_draws(counts, p, 1.0, rows, n, seed)
+    expected = pf_probabilities(quantile_scores(counts, p), 1.0, quantile_sensitivity(p, rows))
+    assert chi2_pvalue(observed, expected) > P_CUTOFF
+
+
+def test_empty_group_is_uniform() -> None:
+    """All scores equal: every bucket has probability exactly 1/G (no data, no signal)."""
+    counts = [0] * 5
+    expected = pf_probabilities(quantile_scores(counts, 0.5), 1.0, Fraction(1, 2))
+    assert all(math.isclose(x, 0.2) for x in expected)
+
+
+def test_p0_and_p1_prefer_the_ends() -> None:
+    # p = 0: score -below_b, best for every bucket up to the lowest non-empty one.
+    assert quantile_scores([0, 2, 1, 0, 3], 0.0) == [0, 0, -2, -3, -3]
+    # p = 1: score -above_b, best for every bucket from the highest non-empty one.
+    assert quantile_scores([0, 2, 1, 0, 3], 1.0) == [-6, -4, -3, -3, 0]
+
+
+def test_weighted_matches_pf() -> None:
+    weights = [Fraction(1, 2), Fraction(7, 3), 2, Fraction(5, 6)]
+    h, p = Fraction(3, 2), 0.4
+    rng = SeededRandom(77, insecure=True)
+    draws = [
+        _bucket_of(private_weighted_quantile(weights, p, -2.0, 2.0, 0.8, h, rng), -2.0, 2.0, 4)
+        for _ in range(20_000)
+    ]
+    expected = pf_probabilities(quantile_scores(weights, p), 0.8, quantile_sensitivity(p, h))
+    assert chi2_pvalue(np.bincount(draws, minlength=4), expected) > P_CUTOFF
+
+
+def test_weighted_shares_the_unweighted_mechanism() -> None:
+    """Integer weights with h = rows give the very same draws; so does rescaling w and h."""
+    counts = [4, 0, 9, 3, 1, 7]
+    for p in (0.5, 0.1, 1.0):
+        a = SeededRandom(5, insecure=True)
+        b = SeededRandom(5, insecure=True)
+        c = SeededRandom(5, insecure=True)
+        scaled = [Fraction(k, 7) for k in counts]
+        for _ in range(200):
+            x = private_quantile(counts, p, -1.0, 5.0, 0.7, 2, a)
+            assert x == private_weighted_quantile(counts, p, -1.0, 5.0, 0.7, 2, b)
+            assert x == private_weighted_quantile(scaled, p, -1.0, 5.0, 0.7, Fraction(2, 7), c)
+
+
+# --- differential privacy on neighbouring histograms --------------------------------------
+
+
+NEIGHBOURS = [
+    # (D, D' = D plus `rows` values in an extreme bucket, rows, p)
+    ([5, 5, 5, 4], [5, 5, 5, 5], 1, 0.5),
+    ([2, 6, 6, 1], [4, 6, 6, 1], 2, 0.5),
+]
+
+
+def _log_ratio_bands(d, d2, rows, p, epsilon, n, seed) -> list[tuple[float, float]]:
+    """Per bucket: (|log P_D(b) / P_D'(b)| - margin, + margin), margin = 5.5 s.e."""
+    a = _bucket_draws(d, p, epsilon, rows, n, seed)
+    b = _bucket_draws(d2, p, epsilon, rows, n, seed + 1)
+    bands = []
+    for ka, kb in zip(a, b, strict=True):
+        if min(ka, kb) < 200:  # too rare to estimate; the exact check covers them
+            continue
+        pa, pb = ka / n, kb / n
+        log_ratio = abs(math.log(pa / pb))
+        se = math.sqrt((1 - pa) / (n * pa) + (1 - pb) / (n * pb))
+        bands.append((log_ratio - Z_CUTOFF * se, log_ratio + Z_CUTOFF * se))
+    return bands
+
+
+@pytest.mark.parametrize(("d", "d2", "rows", "p"), NEIGHBOURS)
+def test_neighbouring_histograms_are_eps_close(d, d2, rows, p) -> None:
+    eps = 1.0
+    delta = quantile_sensitivity(p, rows)
+    exact_d = pf_probabilities(quantile_scores(d, p), eps, delta)
+    exact_d2 = pf_probabilities(quantile_scores(d2, p), eps, delta)
+    worst = max(abs(math.log(x / y)) for x, y in zip(exact_d, exact_d2, strict=True))
+    assert 0.95 * eps < worst <= eps + 1e-9  # the instance is nearly tight
+    bands = _log_ratio_bands(d, d2, rows, p, eps, 30_000, seed=300 + rows)
+    assert bands
+    assert all(low <= eps for low, _ in bands)
+
+
+def test_neighbour_check_detects_too_large_epsilon() -> None:
+    """Sampling with 1.5 eps (i.e. Delta 1.5x too small) violates the e^eps bound."""
+    d, d2, rows, p = NEIGHBOURS[0]
+    bands = _log_ratio_bands(d, d2, rows, p, 1.5, 30_000, seed=400)
+    assert any(low > 1.0 for low, _ in bands)
+
+
+# --- accuracy -----------------------------------------------------------------------------
+
+
+def _uniform_histogram(n: int, low: float, high: float, buckets: int, seed: int):
+    """Counts of n uniform values on [low, high] in equal-width buckets (numpy, test data)."""
+    values = np.random.default_rng(seed).uniform(low, high, n)
+    index = np.clip(((values - low) * (buckets / (high - low))).astype(np.int64), 0, buckets - 1)
+    return np.bincount(index, minlength=buckets), float(np.median(values))
+
+
+def test_median_accuracy_on_a_million_uniform_values() -> None:
+    """eps = 1, rows = 1, G = 4096: within 0.5% of the range of the true median in >= 95%."""
+    g, low, high = 4096, 0.0, 1000.0
+    counts, true_median = _uniform_histogram(10**6, low, high, g, seed=20260)
+    counts = counts.tolist()
+    rng = SeededRandom(500, insecure=True)
+    runs = 200
+    errors = np.array(
+        [
+            abs(private_quantile(counts, 0.5, low, high, 1.0, 1, rng) - true_median)
+            for _ in range(runs)
+        ]
+    )
+    within = float(np.mean(errors <= 0.005 * (high - low)))
+    print(f"median within 5.0 of truth: {within:.3f}; max error {errors.max():.3f}")
+    assert within >= 0.95
+
+
+def test_rank_error_bound_holds_empirically() -> None:
+    """At alpha = 1e-9 no run's chosen score may fall below u* - bound."""
+    g, low, high = 4096, 0.0, 1000.0
+    counts, _ = _uniform_histogram(10**5, low, high, g, seed=20261)
+    scores = quantile_scores(counts, 0.3)
+    top = max(scores)
+    bound = rank_error_bound(g, 0.5, quantile_sensitivity(0.3, 1), 1e-9)
+    rng = SeededRandom(501, insecure=True)
+    for _ in range(100):
+        b = _bucket_of(private_quantile(counts, 0.3, low, high, 0.5, 1, rng), low, high, g)
+        assert scores[b] >= top - Fraction(bound)
+
+
+def test_rank_error_bound_formula() -> None:
+    assert math.isclose(
+        rank_error_bound(4096, 1.0, Fraction(1, 2), 0.05), math.log(4096) + math.log(20)
+    )
+    assert math.isclose(rank_error_bound(1, 2.0, 3, 0.5), 3 * math.log(2))
+    assert rank_error_bound(4096, 0.5, 1, 0.05) > rank_error_bound(4096, 1.0, 1, 0.05)
+    for bad in (0.0, 1.0, -0.1, math.nan, True):
+        with pytest.raises((ValueError, TypeError)):
+            rank_error_bound(16, 1.0, 1, bad)
+    for bad_g in (0, -3, 2.5):
+        with pytest.raises((ValueError, TypeError)):
+            rank_error_bound(bad_g, 1.0, 1, 0.1)
+    with pytest.raises(ValueError):
+        rank_error_bound(16, 0.0, 1, 0.1)
+    with pytest.raises(ValueError):
+        rank_error_bound(16, 1.0, 0, 0.1)
+
+
+# --- edge cases that must not crash --------------------------------------------------------
+
+
+def test_low_equals_high_returns_low_without_drawing() -> None:
+    rng = SeededRandom(9, insecure=True)
+    state = rng._random.getstate()
+    assert private_quantile([5, 0, 2], 0.5, 3.25, 3.25, 1.0, 1, rng) == 3.25
+    assert private_weighted_quantile([Fraction(1, 3)], 0.1, -2, -2, 1.0, 1, rng) == -2.0
+    assert rng._random.getstate() == state
+
+
+def test_output_stays_in_range_at_extreme_bounds() -> None:
+    rng = SeededRandom(10, insecure=True)
+    for low, high in [
+        (-1.7e308, 1.7e308),
+        (1.0, math.nextafter(1.0, 2.0)),
+        (-5e-324, 5e-324),
+        (0, 10**300),
+    ]:
+        for counts in ([0] * 7, [0, 0, 0, 0, 0, 0, 9], [9, 0, 0, 0, 0, 0, 0]):
+            for p in (0.0, 0.5, 1.0):
+                x = private_quantile(counts, p, low, high, 1.0, 1, rng)
+                assert math.isfinite(x) and low <= x <= high
+
+
+def test_single_bucket_and_numpy_counts() -> None:
+    rng = SeededRandom(11, insecure=True)
+    assert 0.0 <= private_quantile([17], 0.5, 0.0, 1.0, 1.0, 1, rng) <= 1.0
+    counts = np.array([3, 0, 8, 1], dtype=np.int64)
+    a = [private_quantile(counts, 0.5, 0, 4, 1.0, 1, SeededRandom(12, insecure=True))]
+    b = [private_quantile(counts.tolist(), 0.5, 0, 4, 1.0, 1, SeededRandom(12, insecure=True))]
+    assert a == b
+    huge = [0, 10**30, 3, 10**30 + 1]
+    assert 0 <= private_quantile(huge, 0.5, 0, 4, 1e-300, 10**6, rng) <= 4
+
+
+def test_numpy_integers_never_overflow() -> None:
+    """numpy ints (counts, epsilon, rows, p) are turned into Python ints before arithmetic."""
+    rng = SeededRandom(14, insecure=True)
+    big = np.array([2**62, 0, 2**62 - 1, 2**61], dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores = quantile_scores(big, np.float64(0.3))
+        assert scores == quantile_scores([int(v) for v in big], 0.3)
+        for counts in (big, list(big)):
+            x = private_quantile(counts, np.float64(0.3), 0, 4, np.int64(1), np.int64(3), rng)
+            assert 0 <= x <= 4
+        assert 0 <= private_weighted_quantile(list(big), 1, 0, 4, 1, np.int64(5), rng) <= 4
+
+
+def test_one_value_lands_near_it() -> None:
+    """One value in bucket 2 of 5, large eps: bucket 2 is the unique best (score 0 vs -1/2)."""
+    observed = _bucket_draws([0, 0, 1, 0, 0], 0.5, 50.0, 1, 2_000, seed=13)
+    assert observed[2] > 1_900
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+GOOD = {"counts": [1, 2, 3], "p": 0.5, "low": 0.0, "high": 1.0, "epsilon": 1.0, "rows": 1}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("p", -0.01, ValueError),
+        ("p", 1.01, ValueError),
+        ("p", math.nan, ValueError),
+        ("p", math.inf, ValueError),
+        ("p", True, TypeError),
+        ("p", "0.5", TypeError),
+        ("epsilon", 0.0, ValueError),
+        ("epsilon", -1.0, ValueError),
+        ("epsilon", math.inf, ValueError),
+        ("epsilon", math.nan, ValueError),
+        ("rows", 0, ValueError),
+        ("rows", -2, ValueError),
+        ("rows", 1.5, TypeError),
+        ("rows", True, TypeError),
+        ("counts", [], ValueError),
+        ("counts", [1, -1, 3], ValueError),
+        ("counts", [1, 2.0, 3], TypeError),
+        ("counts", [1, Fraction(1, 2)], TypeError),
+        ("counts", [1, True], TypeError),
+        ("low", 2.0, ValueError),  # low > high
+        ("low", -math.inf, ValueError),
+        ("high", math.nan, ValueError),
+        ("high", 10**400, ValueError),
+    ],
+)
+def test_private_quantile_refuses(field, value, error) -> None:
+    args = {**GOOD, field: value}
+    with pytest.raises(error):
+        private_quantile(**args, rng=SeededRandom(0, insecure=True))
+
+
+@pytest.mark.parametrize(
+    ("weights", "unit_weight", "error"),
+    [
+        ([0.5, 1.0], 1, TypeError),  # float weights are not exact sums
+        ([Fraction(1, 2), Fraction(-1, 3)], 1, ValueError),
+        ([], 1, ValueError),
+        ([1, 2], 0, ValueError),
+        ([1, 2], Fraction(-1, 2), ValueError),
+        ([1, 2], math.inf, ValueError),
+        ([1, 2], math.nan, ValueError),
+        ([1, 2], True, TypeError),
+    ],
+)
+def test_private_weighted_quantile_refuses(weights, unit_weight, error) -> None:
+    with pytest.raises(error):
+        private_weighted_quantile(
+            weights, 0.5, 0.0, 1.0, 1.0, unit_weight, SeededRandom(0, insecure=True)
+        )
+    with pytest.raises(ValueError):
+        quantile_scores([1, 2], 1.5)
