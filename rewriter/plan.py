@@ -63,7 +63,7 @@ class Grid:
 WEIGHT_BITS = 20
 """BOUND WEIGHTS: weights min(1, h/s) are applied on a grid of 2**-WEIGHT_BITS."""
 
-AUTO_SHARE = 0.2
+AUTO_SHARE = 0.15
 """The share of a query's ε spent choosing an AUTO threshold."""
 
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
@@ -210,7 +210,7 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     if automatic:
         rule = "variance" if strategy == "WEIGHTS" and has_mean else "rank"
         released = _public_groups(analysis)
-        rank = math.ceil((2 if strategy == "CLIP" else 1) * released / share)
+        rank = math.ceil((2 if strategy == "CLIP" else 1) * groups * released / share)
         half_range = max(
             (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
         )

@@ -28,16 +28,16 @@ def rank_threshold(
 
     For a sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
     contribution; RT24 takes the ⌈2/ε⌉-th for its T. Score of the i-th candidate ``c``:
-    −|#{units with a cell of more than c rows} − rank| − i/ε. The first term has
+    −|#{units with a cell of more than c rows} − rank| − 2i/ε. The first term has
     sensitivity 1; the second is a data-independent prior that multiplies a candidate's
-    acceptance by e^(−1/2) per step up the geometric grid, so the many large candidates
+    acceptance by e^(−1) per step up the geometric grid, so the many large candidates
     that no unit exceeds (score −rank, nearly as good as the best when rank is small)
     are not chosen in bulk.
 
     Privacy map: ε-DP (permute-and-flip over scores of sensitivity 1; a data-independent
     term changes no sensitivity).
     """
-    step = 1 / Fraction(epsilon)
+    step = 2 / Fraction(epsilon)
     scores = [-abs(over - rank) - i * step for i, over in enumerate(exceedances)]
     return candidates[permute_and_flip(scores, epsilon, 1, rng)]
 
