@@ -1,0 +1,153 @@
+"""Each bounding strategy, on neighbouring databases: exact bounded measurements, then noise.
+
+Privacy of a release = (the generated SQL moves each measurement by at most its declared
+sensitivity) ∧ (the noise is ε-DP for that sensitivity). The first is checked exactly,
+by running the generated SQL with the noise function replaced by the identity, on a
+database and on the same database plus one unit with 10⁴ rows of extreme values. The
+second is checked statistically, with threshold events on those exact neighbouring
+values: the privacy loss passes at the declared ε and is detected when the noise is
+1.5× too small.
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import privsql
+import udfs
+from rewriter.analyze import analyze
+from rewriter.generate import Functions, generate
+from rewriter.plan import plan
+
+stats = pytest.importorskip("scipy.stats")
+
+IDENTITY = Functions(noise="exact_value", keep="keep_all")
+SAMPLES = 20_000
+CONFIDENCE_Z = 5.3  # each proportion's bound fails with probability < 1e-7
+
+
+def _identity(con: duckdb.DuckDBPyConnection) -> None:
+    hugeint, double, bigint = (duckdb.sqltype(t) for t in ("HUGEINT", "DOUBLE", "BIGINT"))
+    con.create_function(
+        "exact_value", lambda v, s, e: v, [hugeint, hugeint, double], hugeint, type="arrow"
+    )
+    con.create_function(
+        "keep_all",
+        lambda u, g, e, d: pa.array([True] * len(u)),
+        [bigint, bigint, double, double],
+        duckdb.sqltype("BOOLEAN"),
+        type="arrow",
+    )
+
+
+@pytest.fixture(scope="module")
+def neighbours():
+    """D: 300 units with heavy-tailed row counts; D' = D + one unit of 10⁴ extreme rows."""
+    con = duckdb.connect()
+    con.execute("SELECT setseed(0.25)").fetchall()
+    con.execute(
+        "CREATE TABLE visits AS SELECT floor(300 * pow(random(), 3))::INT AS uid, "
+        "(range % 4)::INT AS g, random() * 100 AS v FROM range(20000)"
+    )
+    _identity(con)
+    yield con
+    con.close()
+
+
+STRATEGIES = ["BOUND ROWS 5", "BOUND WEIGHTS 5", "BOUND CLIP", "BOUND ROWS AUTO", "BOUND AUTO"]
+QUERY = (
+    "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s, "
+    "AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM visits GROUP BY g "
+    "PRIVACY_UNIT uid {bound} MAX_GROUPS {groups} EPSILON 1"
+)
+
+
+def _plan(con, bound: str, groups: int = 2):
+    db = privsql.connect(con, budget=1e9, seed=1, insecure=True)
+    sql = QUERY.format(bound=bound, groups=groups)
+    if "CLIP" in bound:
+        sql = sql.replace("SUM(v CLAMPED BETWEEN 0 AND 100) AS s, ", "")
+    analysis = analyze(sql, db._catalog(), {"g": [0, 1, 2, 3]})
+    query_plan = plan(analysis, epsilon=1.0, delta=1e-6)
+    db.close()
+    # AUTO strategies are checked at a fixed cap: privacy must hold whichever cap is chosen.
+    return query_plan.with_cap(7) if query_plan.search is not None else query_plan
+
+
+def _measurements(con, query_plan) -> dict[str, list[int]]:
+    table = con.execute(
+        "WITH released AS (" + _released_only(generate(query_plan, IDENTITY)) + ") "
+        "SELECT * FROM released ORDER BY 1",
+        {"privsql_secret": 99},
+    ).fetchall()
+    names = [m.name for m in query_plan.measurements]
+    return {name: [int(row[1 + i]) for row in table] for i, name in enumerate(names)}
+
+
+def _released_only(statement: str) -> str:
+    """The generated statement, stopped at its released (here: exact) measurements."""
+    head, _ = statement.rsplit("\n", 1)
+    return head + "\nSELECT * FROM __released"
+
+
+@pytest.mark.parametrize("bound", STRATEGIES)
+def test_one_extreme_unit_moves_each_measurement_by_at_most_its_sensitivity(neighbours, bound):
+    query_plan = _plan(neighbours, bound)
+    before = _measurements(neighbours, query_plan)
+    neighbours.execute("BEGIN TRANSACTION")
+    neighbours.execute("INSERT INTO visits SELECT 999999, range % 4, 1e12 FROM range(10000)")
+    after = _measurements(neighbours, query_plan)
+    neighbours.execute("ROLLBACK")
+    for m in query_plan.measurements:
+        moved = sum(abs(a - b) for a, b in zip(after[m.name], before[m.name], strict=True))
+        assert moved <= query_plan.sensitivity(m), (bound, m.kind)
+        if m.kind in ("rows", "units", "sum"):
+            # The intruder saturates the bound: the test uses the worst case.
+            assert moved >= 0.99 * query_plan.sensitivity(m), (bound, m.kind)
+
+
+def _log_ratio_bounds(hits_a: int, hits_b: int, n: int) -> tuple[float, float]:
+    """Lower bound of log(P_a/P_b) from two binomial counts, each at z = CONFIDENCE_Z."""
+    alpha = 2 * stats.norm.sf(CONFIDENCE_Z)
+    low_a = stats.beta.ppf(alpha, hits_a, n - hits_a + 1)
+    high_b = stats.beta.ppf(1 - alpha, hits_b + 1, n - hits_b)
+    return math.log(low_a) - math.log(high_b), math.log(hits_a / n) - math.log(hits_b / n)
+
+
+def _privacy_loss(
+    value_d: int, value_neighbour: int, sensitivity: int, epsilon: float, weaken: float
+) -> tuple[float, float]:
+    """Samples of the release on both databases; the threshold event at the larger value."""
+    rng = udfs.SeededRandom(20261120, insecure=True)
+    # Weakening by w is Laplace with scale (sensitivity / w) / ε, i.e. at ε·w.
+    effective = epsilon * weaken
+    on_d = udfs.laplace_release([value_d] * SAMPLES, sensitivity, effective, rng)
+    on_neighbour = udfs.laplace_release([value_neighbour] * SAMPLES, sensitivity, effective, rng)
+    threshold = max(value_d, value_neighbour)
+    high, low = (on_neighbour, on_d) if value_neighbour >= value_d else (on_d, on_neighbour)
+    return _log_ratio_bounds(
+        sum(x >= threshold for x in high), sum(x >= threshold for x in low), SAMPLES
+    )
+
+
+@pytest.mark.parametrize("bound", STRATEGIES)
+def test_release_passes_at_declared_epsilon_and_fails_with_too_little_noise(neighbours, bound):
+    # One group per unit: the intruder's 10⁴ rows in group 0 saturate COUNT's sensitivity.
+    query_plan = _plan(neighbours, bound, groups=1)
+    before = _measurements(neighbours, query_plan)
+    neighbours.execute("BEGIN TRANSACTION")
+    neighbours.execute("INSERT INTO visits SELECT 999999, 0, 1e12 FROM range(10000)")
+    after = _measurements(neighbours, query_plan)
+    neighbours.execute("ROLLBACK")
+    rows = next(m for m in query_plan.measurements if m.kind == "rows")
+    d, d_prime = before[rows.name][0], after[rows.name][0]
+    sensitivity = query_plan.sensitivity(rows)
+    assert d_prime - d == sensitivity
+    lower, _ = _privacy_loss(d, d_prime, sensitivity, rows.epsilon, 1.0)
+    assert lower <= rows.epsilon
+    lower_weak, estimate = _privacy_loss(d, d_prime, sensitivity, rows.epsilon, 1.5)
+    assert lower_weak > rows.epsilon, (lower_weak, estimate)
