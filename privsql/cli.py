@@ -7,8 +7,8 @@
 Results go to stdout (a boxed table with each noisy cell's ± interval, CSV or JSON);
 the ε charged, refusals and errors go to stderr. ``-c`` and ``-f`` stop at the first
 refusal or error. Exit codes: 0 success, 1 a query was refused (a privacy rule or the
-budget; nothing was charged), 2 any other error (bad arguments, a missing file or
-table, a DuckDB error).
+budget; nothing was charged), 2 any other error (bad arguments, a missing file, a
+database that cannot be opened, a DuckDB error).
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 from sqlglot.errors import TokenError
@@ -96,7 +98,7 @@ def format_value(value: object) -> str:
         digits = max(0, 5 - magnitude)
         text = f"{value:.{digits}f}"
         return text.rstrip("0").rstrip(".") if "." in text else text
-    return str(value)
+    return str(value).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def format_interval(value: object, half_width: float | None) -> tuple[str, str]:
@@ -135,7 +137,9 @@ def _columns(result: Result, alpha: float) -> list[Column]:
         half_widths = widths.column(field.name).to_pylist()
         cells = [format_interval(v, w) for v, w in zip(values, half_widths, strict=True)]
         kind = field.type
-        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        numeric = (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        )
         columns.append(
             Column(
                 name=field.name,
@@ -428,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = args.command
     elif args.file is not None:
         try:
-            text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
         except OSError as error:
             print(f"privsql: error: {error.strerror}: {args.file}", file=sys.stderr)
             return EXIT_ERROR
@@ -436,10 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         db = privsql.connect(
             args.database, budget=args.budget, epsilon=args.epsilon, delta=args.delta
         )
-    except Exception as error:
-        message, code = error_line(error)
-        print(f"privsql: {message}", file=sys.stderr)
-        return code
+    except Exception as error:  # a bad path, a locked file, a budget that cannot change
+        message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        print(f"privsql: error: cannot open {args.database}: {message}", file=sys.stderr)
+        return EXIT_ERROR
 
     from privsql.repl import Shell, interact
 
@@ -452,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             alpha=args.alpha,
             intervals=args.intervals,
             color=False,
-            err_color=sys.stderr.isatty() and not args.no_color,
+            err_color=sys.stderr.isatty() and not args.no_color and "NO_COLOR" not in os.environ,
             progress=sys.stderr.isatty(),
             prefix="privsql: ",
         )

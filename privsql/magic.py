@@ -32,12 +32,15 @@ import privsql
 
 ALPHA = 0.05
 
+
 def _frame_class() -> type:
     """A DataFrame that displays its noise intervals; derived frames are plain DataFrames."""
     try:
         import pandas as pd
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError('the privsql magic needs pandas: pip install "privsql[notebook]"') from error
+        raise ImportError(
+            'the privsql magic needs pandas: pip install "privsql[notebook]"'
+        ) from error
 
     class NoisyFrame(pd.DataFrame):
         """A privsql answer as a pandas DataFrame, displayed with intervals and cost.
@@ -155,7 +158,11 @@ def parse_line(line: str) -> dict[str, Any]:
     """The magic's line: ``[SESSION] [-o NAME] [-k COL=V1,V2 ...] [-a ALPHA] [--explain]``."""
     words = shlex.split(line)
     options: dict[str, Any] = {
-        "session": None, "output": None, "keys": {}, "alpha": ALPHA, "explain": False
+        "session": None,
+        "output": None,
+        "keys": {},
+        "alpha": ALPHA,
+        "explain": False,
     }
     i = 0
     while i < len(words):
@@ -227,7 +234,9 @@ def load_ipython_extension(ipython: Any) -> None:
                     print(message, file=sys.stderr)
                     return None
                 alpha = options["alpha"]
-                frame = noisy_frame(result, alpha=alpha, note=describe_cost(result, db.budget, alpha))
+                frame = noisy_frame(
+                    result, alpha=alpha, note=describe_cost(result, db.budget, alpha)
+                )
                 if options["output"]:
                     self.shell.user_ns[options["output"]] = result
             return frame

@@ -84,14 +84,26 @@ def plot(
         has_interval = any(half)
         if rows > MANY_ROWS:
             axis.errorbar(
-                positions, values, yerr=half if has_interval else None, fmt="o",
-                markersize=3, capsize=2, color="C0", ecolor="0.35", elinewidth=1,
+                positions,
+                values,
+                yerr=half if has_interval else None,
+                fmt="o",
+                markersize=3,
+                capsize=2,
+                color="C0",
+                ecolor="0.35",
+                elinewidth=1,
             )
         else:
             axis.bar(positions, values, color="C0", alpha=0.75, width=0.7)
             if has_interval:
                 axis.errorbar(
-                    positions, values, yerr=half, fmt="none", capsize=4, ecolor="0.2",
+                    positions,
+                    values,
+                    yerr=half,
+                    fmt="none",
+                    capsize=4,
+                    ecolor="0.2",
                     elinewidth=1.2,
                 )
         crowded = sum(len(label) + 2 for label in labels) > 10 * width_of(axis)
@@ -107,9 +119,7 @@ def plot(
         axis.grid(axis="y", alpha=0.3)
         if labels_from:
             axis.set_xlabel(" · ".join(labels_from))
-    cost = (
-        "stored answer, no cost" if result.cached else f"ε = {result.epsilon:g}"
-    )
+    cost = "stored answer, no cost" if result.cached else f"ε = {result.epsilon:g}"
     figure.suptitle(f"privsql result ({cost})", fontsize=10, color="0.3")
     figure.tight_layout()
     return axes[0] if len(axes) == 1 else axes

@@ -62,6 +62,7 @@ A private query names its privacy unit and bounds each unit's contribution:
 Noisy cells read "value ± w": the noise moved the value by more than w with
 probability at most 5%. docs/query-language.md describes the whole language."""
 
+# fmt: off
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "AS", "AND", "OR",
     "NOT", "IN", "IS", "NULL", "JOIN", "LEFT JOIN", "INNER JOIN", "ON", "USING", "WITH",
@@ -76,7 +77,12 @@ FUNCTIONS = (
     "ROUND", "ABS", "COALESCE", "LEAST", "GREATEST", "date_trunc", "year", "month",
     "read_parquet", "read_csv",
 )
+CLAUSE_WORDS = (
+    "PRIVACY_UNIT", "BOUND", "ROWS", "WEIGHTS", "CLIP", "AUTO", "MAX_GROUPS", "EPSILON",
+    "DELTA", "CLAMPED",
+)
 DOT_COMMANDS = (".budget", ".exit", ".explain", ".format", ".help", ".quit", ".schema", ".tables")
+# fmt: on
 
 
 # -- the catalogue ---------------------------------------------------------------------
@@ -177,7 +183,7 @@ def progress_line(percent: float, elapsed: float, width: int = 30) -> str:
         bar = "░" * position + "█" + "░" * (width - position - 1)
         label = "  …  "
     else:
-        filled = min(int(round(percent / 100 * width)), width)
+        filled = min(round(percent / 100 * width), width)
         bar = "█" * filled + "░" * (width - filled)
         label = f"{percent:4.0f}%"
     return f"▕{bar}▏ {label}  {elapsed:.1f} s  (Ctrl-C cancels)"
@@ -321,10 +327,7 @@ class Shell:
 
     def _budget(self) -> int:
         budget = self.db.budget
-        line = (
-            f"ε budget {budget.total:g}: spent {budget.spent:g}, "
-            f"remaining {budget.remaining:g}"
-        )
+        line = f"ε budget {budget.total:g}: spent {budget.spent:g}, remaining {budget.remaining:g}"
         delta = getattr(budget, "delta_spent", 0) or 0
         self.say(line + (f" (δ spent {delta:g})" if delta else ""))
         history = budget.history
@@ -341,7 +344,7 @@ class Shell:
             for charge in history
         ]
         table = plain_columns(["at", "ε", "δ", "query"], rows)
-        self.say(render_box(table, color=self.color, max_width=72))
+        self.say(render_box(table, color=self.color, max_width=56))
         return EXIT_OK
 
     def _tables(self) -> int:
@@ -465,11 +468,15 @@ def _version() -> str:
 def interact(db: privsql.Session, args: Any) -> int:
     """The REPL: prompt_toolkit on a terminal, plain lines otherwise."""
     tty = sys.stdin.isatty() and sys.stdout.isatty()
-    color = tty and not getattr(args, "no_color", False) and os.environ.get("NO_COLOR") is None
+    wants_color = not getattr(args, "no_color", False) and os.environ.get("NO_COLOR") is None
+    color = tty and wants_color
     options = {"fmt": args.format, "alpha": args.alpha, "intervals": args.intervals}
     if not sys.stdin.isatty():
         shell = Shell(
-            db, **options, err_color=sys.stderr.isatty() and color, prefix="privsql: ",
+            db,
+            **options,
+            err_color=sys.stderr.isatty() and wants_color,
+            prefix="privsql: ",
             progress=sys.stderr.isatty(),
         )
         return run_lines(shell, iter(sys.stdin))
@@ -602,10 +609,17 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
     lexer = None
     try:
         from prompt_toolkit.lexers import PygmentsLexer
+        from pygments.lexer import inherit, words
         from pygments.lexers.sql import SqlLexer
+        from pygments.token import Keyword
 
-        lexer = PygmentsLexer(SqlLexer)
-    except ImportError:
+        class PrivSQLLexer(SqlLexer):
+            """DuckDB SQL with privsql's clause words highlighted as keywords."""
+
+            tokens = {"root": [(words(CLAUSE_WORDS, suffix=r"\b"), Keyword), inherit]}
+
+        lexer = PygmentsLexer(PrivSQLLexer)
+    except ImportError:  # pygments is optional: no colours then
         pass
     where = html.escape("in memory" if args.database == ":memory:" else Path(args.database).name)
     toolbar = {"text": ""}

@@ -65,7 +65,9 @@ class Result:
             columns[name] = values if values is not None else pa.nulls(rows, pa.float64())
         return pa.table(columns)
 
-    def plot(self, columns: Any = None, *, by: Any = None, alpha: float = 0.05, ax: Any = None) -> Any:
+    def plot(
+        self, columns: Any = None, *, by: Any = None, alpha: float = 0.05, ax: Any = None
+    ) -> Any:
         """Draw the noisy values with their (1 - alpha) intervals (matplotlib); see privsql.plot."""
         from privsql.plot import plot
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import udfs
 from privsql.ledger import BudgetExceeded, Ledger, StoredAnswer
 from privsql.result import HalfWidth, Result
-from rewriter.analyze import PublicQuery, analyze
+from rewriter.analyze import AggregateKind, PublicQuery, analyze
 from rewriter.catalog import Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
@@ -36,7 +36,7 @@ from rewriter.generate import (
 )
 from rewriter.plan import CANDIDATES, Plan, Statistic, plan
 
-FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep")
+FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
 CAP_KEY = b"privsql.cap"
 """Arrow metadata of a stored answer: the cap its AUTO threshold search chose."""
 Keys = Mapping[str, Sequence[object]]
@@ -63,7 +63,9 @@ class Explanation:
                 f"at most {b['groups']} groups per unit"
             )
             if b.get("search"):
-                lines.append(f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}")
+                lines.append(
+                    f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}"
+                )
         for a in self.aggregates:
             scale = f"{a['scale']:g}" if a["scale"] is not None else "set by the threshold"
             lines.append(
@@ -264,6 +266,10 @@ class Session:
         self._con.execute(
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.keep}(u, g, e, d) AS {names.keep}(u, g, e, d)"
         )
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.quantile}(b, w, p, lo, hi, n, e, u) AS "
+            f"{names.quantile}(b, w, p, lo, hi, n, e, u)"
+        )
         return names
 
     def _columns(self, source: str) -> list[str]:
@@ -365,6 +371,16 @@ def _answer_key(query_plan: Plan) -> str:
     )
 
 
+LAPLACE_STATISTICS = (
+    AggregateKind.COUNT_ROWS,
+    AggregateKind.COUNT_VALUES,
+    AggregateKind.COUNT_UNITS,
+    AggregateKind.SUM,
+    AggregateKind.AVG,
+)
+"""Statistics whose intervals follow from Laplace tails (quantiles and spreads have none yet)."""
+
+
 def _half_widths(query_plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
     """Interval half-widths for outputs that are a bare COUNT, SUM or AVG."""
     measurements = {m.name: m for m in query_plan.measurements}
@@ -379,7 +395,7 @@ def _half_widths(query_plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
     for item in query_plan.analysis.select.expressions:
         statistic = statistics.get(to_sql(item.unalias()))
         name = output_name(item)
-        if statistic is None:
+        if statistic is None or statistic.aggregate.kind not in LAPLACE_STATISTICS:
             continue
         if len(statistic.measurements) == 1:
             widths[name] = lambda alpha, s=statistic: pa.array(

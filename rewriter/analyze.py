@@ -49,6 +49,21 @@ class AggregateKind:
     COUNT_UNITS = "count_units"
     SUM = "sum"
     AVG = "avg"
+    QUANTILE = "quantile"
+    VAR_SAMP = "var_samp"
+    VAR_POP = "var_pop"
+    STDDEV_SAMP = "stddev_samp"
+    STDDEV_POP = "stddev_pop"
+
+
+SPREADS = {
+    exp.Variance: AggregateKind.VAR_SAMP,
+    exp.VariancePop: AggregateKind.VAR_POP,
+    exp.Stddev: AggregateKind.STDDEV_SAMP,
+    exp.StddevSamp: AggregateKind.STDDEV_SAMP,
+    exp.StddevPop: AggregateKind.STDDEV_POP,
+}
+"""VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP and STDDEV_POP, by sqlglot node."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,8 @@ class Aggregate:
     kind: str
     argument: exp.Expr | None = None
     bounds: Bounds | None = None
+    p: float | None = None
+    """The quantile a QUANTILE, MEDIAN or PERCENTILE_CONT asks for."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +344,8 @@ def _aggregates(
         for node in output.find_all(exp.Func):
             if not _is_aggregate(node, catalog) or node.find_ancestor(exp.AggFunc):
                 continue
+            if isinstance(node.parent, exp.WithinGroup):
+                node = node.parent
             aggregate = _classify(node, unit, source, catalog)
             found.setdefault(to_sql(node), aggregate)
     for where in (
@@ -346,8 +365,10 @@ def _written_name(node: exp.Expr) -> str:
 
 def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog) -> Aggregate:
     name = _written_name(node)
+    # PERCENTILE_CONT(p) WITHIN GROUP (...) holds its function: that is not nesting.
+    own = node.this if isinstance(node, exp.WithinGroup) else node
     for inner in node.find_all(exp.Func):
-        if inner is not node and _is_aggregate(inner, catalog):
+        if inner is not node and inner is not own and _is_aggregate(inner, catalog):
             raise NonDPAggregate(f"aggregates nested inside {name} are not allowed")
     if any(node.find_all(exp.Subquery)):
         raise UnsupportedQuery(f"subqueries inside {name} are not allowed")
@@ -359,15 +380,41 @@ def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Cata
         kind = AggregateKind.SUM if isinstance(node, exp.Sum) else AggregateKind.AVG
         argument, bounds = _bounded_argument(node.this, name, source, catalog)
         return Aggregate(node, kind, argument, bounds)
-    if isinstance(node, (exp.Quantile, exp.Median, exp.Stddev, exp.Variance)) or name in {
-        "PERCENTILE_CONT",
-        "STDDEV_SAMP",
-        "STDDEV_POP",
-        "VAR_SAMP",
-        "VAR_POP",
-    }:
-        raise UnsupportedQuery(f"{name} is not supported yet; use COUNT, SUM or AVG")
-    raise NonDPAggregate(f"{name} has no differentially private version; use COUNT, SUM or AVG")
+    if type(node) in SPREADS:
+        argument, bounds = _bounded_argument(node.this, name, source, catalog)
+        return Aggregate(node, SPREADS[type(node)], argument, bounds)
+    if isinstance(node, (exp.Quantile, exp.Median, exp.PercentileCont, exp.PercentileDisc)) or (
+        isinstance(node, exp.WithinGroup)
+    ):
+        return _classify_quantile(node, name, source, catalog)
+    raise NonDPAggregate(f"{name} has no differentially private version")
+
+
+def _classify_quantile(node: exp.Expr, name: str, source: exp.Table, catalog: Catalog) -> Aggregate:
+    """QUANTILE(x, p), MEDIAN(x), QUANTILE_CONT(x, p), PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x).
+
+    ``CLAMPED BETWEEN`` may follow x or p (it bounds x either way); without it the owner's
+    bounds for x apply.
+    """
+    if isinstance(node, exp.WithinGroup):
+        order = node.expression.expressions if node.expression else []
+        if len(order) != 1 or order[0].args.get("desc"):
+            raise UnsupportedQuery(f"{name} needs WITHIN GROUP (ORDER BY one column, ascending)")
+        value, fraction = order[0].this, node.this.this
+    elif isinstance(node, exp.Median):
+        value, fraction = node.this, exp.Literal.number(0.5)
+    else:
+        value, fraction = node.this, node.args.get("quantile") or node.args.get("expression")
+    clamp = next((e for e in (value, fraction) if isinstance(e, Clamped)), None)
+    if isinstance(fraction, Clamped):
+        fraction = fraction.this
+    p = _constant(fraction) if fraction is not None else None
+    if p is None or not 0 <= p <= 1:
+        raise InvalidOption(f"{name} needs a constant quantile between 0 and 1")
+    if clamp is not None and clamp is not value:
+        value = Clamped(this=value, low=clamp.args["low"], high=clamp.args["high"])
+    argument, bounds = _bounded_argument(value, name, source, catalog)
+    return Aggregate(node, AggregateKind.QUANTILE, argument, bounds, p)
 
 
 def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
@@ -448,7 +495,7 @@ def _refuse_raw_outputs(select: exp.Select, keys: list[exp.Expr]) -> None:
 
 def _exposed_columns(node: exp.Expr, keys: list[exp.Expr]) -> Iterator[exp.Column]:
     """Columns of ``node`` that are neither inside an aggregate nor part of a key."""
-    if isinstance(node, exp.AggFunc) or any(node == key for key in keys):
+    if isinstance(node, (exp.AggFunc, exp.WithinGroup)) or any(node == key for key in keys):
         return
     if isinstance(node, exp.Column):
         yield node

@@ -16,8 +16,11 @@ released values only. Its stages, as CTEs:
 ``released`` noise added and keys selected, materialised so each noisy value is
              drawn once however often the post-processing reads it
 
-The rewriter knows nothing of the noise: ``noise(value, sensitivity, epsilon)`` and
-``keep(units, max_groups, epsilon, delta)`` are names the caller registers.
+The rewriter knows nothing of the noise: ``noise(value, sensitivity, epsilon)``,
+``keep(units, max_groups, epsilon, delta)`` and ``quantile(buckets, weights, p, low, high,
+buckets_count, epsilon, unit_weight)`` are names the caller registers. A quantile's
+histogram (``__hist*``: per group, the sparse weighted count of each value bucket over the
+kept rows) is a bounded summary: at most BUCKETS numbers per group reach the function.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from rewriter.analyze import AggregateKind
 from rewriter.dialect import to_sql
-from rewriter.plan import Measurement, Plan
+from rewriter.plan import BUCKETS, Measurement, Plan
 
 SECRET = "$privsql_secret"
 """The statement's parameter carrying the database's hashing secret."""
@@ -40,6 +44,7 @@ class Functions:
 
     noise: str
     keep: str
+    quantile: str
 
 
 def _sql(node: exp.Expr) -> str:
@@ -58,16 +63,22 @@ class _Layout:
     valued: list[Measurement]
     values: list[str]
     sums: list[str]
+    histograms: list[Measurement]
 
     @classmethod
     def of(cls, plan: Plan) -> _Layout:
-        valued = [m for m in plan.measurements if m.value is not None]
+        valued = [m for m in plan.measurements if m.value is not None and m.kind != "histogram"]
         return cls(
             keys=[f"__k{i}" for i in range(len(plan.analysis.keys))],
             valued=valued,
             values=[f"__v{i}" for i in range(len(valued))],
             sums=[f"__s{i}" for i in range(len(valued))],
+            histograms=[m for m in plan.measurements if m.kind == "histogram"],
         )
+
+    @property
+    def buckets(self) -> list[str]:
+        return [f"__b{i}" for i in range(len(self.histograms))]
 
     @property
     def cell(self) -> list[str]:
@@ -77,7 +88,12 @@ class _Layout:
 def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
     """The stages every statement shares: rows, cells, and the groups each unit keeps."""
     return {
-        "__source": _rows(plan, layout.keys, [m.value for m in layout.valued], layout.values),
+        "__source": _rows(
+            plan,
+            layout.keys,
+            [m.value for m in [*layout.valued, *layout.histograms]],
+            [*layout.values, *layout.buckets],
+        ),
         "__cells": _cells(layout.keys, layout.values, layout.sums),
         "__chosen": _chosen(plan, layout.keys),
     }
@@ -93,8 +109,9 @@ def generate(plan: Plan, functions: Functions) -> str:
     ctes = _common(plan, layout)
     ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
     ctes["__groups"] = _groups(layout.keys, layout.sums)
+    ctes.update(_histograms(plan, layout))
     columns = _measured_columns(plan.measurements, layout.sums)
-    released = _released(plan, layout.keys, columns, functions)
+    released = _released(plan, layout, columns, functions)
     return (
         f"{_with(ctes)},\n__released AS MATERIALIZED (\n{released}\n)\n"
         f"{_post_processing(plan, layout.keys)}"
@@ -189,18 +206,25 @@ def _rows_bounded(plan: Plan, layout: _Layout) -> str:
     if not plan.needs_rows:
         return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows FROM __chosen"
     whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
-    content = _list([*cell, *layout.values], "r.")
-    ranked = (
+    ranked = _ranked_rows(plan, layout)
+    sums = "".join(f", sum({v}) AS {s}" for v, s in zip(layout.values, layout.sums, strict=True))
+    capped = (
+        f"SELECT {_list(cell)}, count(*) AS __rows{sums} FROM ({ranked}) GROUP BY {_list(cell)}"
+    )
+    return f"{whole}\nUNION ALL\n{capped}"
+
+
+def _ranked_rows(plan: Plan, layout: _Layout) -> str:
+    """The rows kept from cells of more than k rows: the k smallest by keyed content hash."""
+    cap, cell = plan.bounding.cap, layout.cell
+    columns = [*layout.values, *layout.buckets]
+    content = _list([*cell, *columns], "r.")
+    return (
         f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
         f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
-        f"ORDER BY hash({SECRET}, {content}), {_list(layout.values, 'r.') or 'r.__unit'}) <= {cap}"
+        f"ORDER BY hash({SECRET}, {content}), {_list(columns, 'r.') or 'r.__unit'}) <= {cap}"
     )
-    sums = "".join(
-        f", sum({v}) AS {s}" for v, s in zip(layout.values, layout.sums, strict=True)
-    )
-    capped = f"SELECT {_list(cell)}, count(*) AS __rows{sums} FROM ({ranked}) GROUP BY {_list(cell)}"
-    return f"{whole}\nUNION ALL\n{capped}"
 
 
 def _weights_bounded(plan: Plan, layout: _Layout) -> str:
@@ -227,9 +251,7 @@ def _clip_bounded(plan: Plan, layout: _Layout) -> str:
     """
     cap, cell = plan.bounding.cap, layout.cell
     whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
-    widths = "".join(
-        f", {m.bound * cap} // __rows AS __w{i}" for i, m in enumerate(layout.valued)
-    )
+    widths = "".join(f", {m.bound * cap} // __rows AS __w{i}" for i, m in enumerate(layout.valued))
     parts = []
     for i, (m, v, s) in enumerate(zip(layout.valued, layout.values, layout.sums, strict=True)):
         if m.kind == "centred":
@@ -249,6 +271,49 @@ BOUNDING = {"ROWS": _rows_bounded, "WEIGHTS": _weights_bounded, "CLIP": _clip_bo
 """The ``__bounded`` stage of each strategy."""
 
 
+def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
+    """Per group and quantile: the kept values' bucket counts, as two parallel lists.
+
+    ROWS counts the rows sample limiting keeps; WEIGHTS weighs a cell's count in each
+    bucket by min(1, h/s) on the 2**-W grid, so one unit's total per group stays <= h·2**W.
+    """
+    if not layout.histograms:
+        return {}
+    cap, cell, keys = plan.bounding.cap, layout.cell, layout.keys
+    ctes = {}
+    if plan.bounding.strategy == "ROWS":
+        ctes["__kept"] = (
+            f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
+            f"WHERE __rows <= {cap}) AS c ON {_same_cell(keys, 'r', 'c')}\n"
+            f"UNION ALL\n{_ranked_rows(plan, layout)}"
+        )
+    group_by = f" GROUP BY {_list(keys)}" if keys else ""
+    for i, (m, bucket) in enumerate(zip(layout.histograms, layout.buckets, strict=True)):
+        if plan.bounding.strategy == "ROWS":
+            counts = (
+                f"SELECT {_list(keys) + ', ' if keys else ''}{bucket} AS __bucket, "
+                f"CAST(count(*) AS HUGEINT) AS __weight FROM __kept WHERE {bucket} IS NOT NULL "
+                f"GROUP BY {_list([*keys, bucket])}"
+            )
+        else:
+            per_cell = (
+                f"SELECT {_list(cell)}, {bucket}, count(*) AS __n FROM __source "
+                f"WHERE {bucket} IS NOT NULL GROUP BY {_list([*cell, bucket])}"
+            )
+            counts = (
+                f"SELECT {_list(keys, 'r.') + ', ' if keys else ''}r.{bucket} AS __bucket, "
+                f"sum(CASE WHEN c.__rows <= {cap} THEN CAST(r.__n AS HUGEINT) * "
+                f"{1 << m.weight_bits} ELSE CAST(r.__n AS HUGEINT) * {cap << m.weight_bits} "
+                f"// c.__rows END) AS __weight FROM ({per_cell}) AS r JOIN __chosen AS c "
+                f"ON {_same_cell(keys, 'r', 'c')} GROUP BY {_list([*keys, bucket], 'r.')}"
+            )
+        ctes[f"__hist{i}"] = (
+            f"SELECT {_list(keys) + ', ' if keys else ''}list(__bucket ORDER BY __bucket) AS "
+            f"__buckets, list(__weight ORDER BY __bucket) AS __weights FROM ({counts}){group_by}"
+        )
+    return ctes
+
+
 def _groups(keys: list[str], sums: list[str]) -> str:
     aggregates = "".join(f", sum({s}) AS {s}" for s in sums)
     select = f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __units, "
@@ -261,16 +326,16 @@ def _measured_columns(measurements: Sequence[Measurement], sums: list[str]) -> d
     columns = {}
     next_sum = iter(sums)
     for m in measurements:
+        if m.kind == "histogram":
+            continue
         columns[m.name] = next(next_sum) if m.value is not None else f"__{m.kind}"
     return columns
 
 
-def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: Functions) -> str:
-    noisy = ", ".join(
-        f"{functions.noise}(CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT), "
-        f"CAST({plan.sensitivity(m)} AS HUGEINT), CAST('{m.epsilon!r}' AS DOUBLE)) AS {m.name}"
-        for m in plan.measurements
-    )
+def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: Functions) -> str:
+    keys = layout.keys
+    histogram = {m.name: i for i, m in enumerate(layout.histograms)}
+    noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
     domains = [k.domain for k in plan.analysis.keys]
     if keys and plan.partition is None:
         domain = " CROSS JOIN ".join(
@@ -278,12 +343,14 @@ def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: F
             for i, (d, k) in enumerate(zip(domains, keys, strict=True))
             if d
         )
-        on = " AND ".join(f"d.{k} IS NOT DISTINCT FROM g.{k}" for k in keys)
-        return (
-            f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d "
-            f"LEFT JOIN __groups AS g ON {on}"
-        )
-    select = f"SELECT {_list(keys, 'g.') + ', ' if keys else ''}{noisy} FROM __groups AS g"
+        select = f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d "
+        select += f"LEFT JOIN __groups AS g ON {_same_keys(keys, 'd', 'g')}"
+        outer = "d"
+    else:
+        select = f"SELECT {_list(keys, 'g.') + ', ' if keys else ''}{noisy} FROM __groups AS g"
+        outer = "g"
+    for i in range(len(layout.histograms)):
+        select += f" LEFT JOIN __hist{i} AS h{i} ON {_same_keys(keys, outer, f'h{i}')}"
     if plan.partition is not None:
         p = plan.partition
         select += (
@@ -291,6 +358,33 @@ def _released(plan: Plan, keys: list[str], columns: dict[str, str], functions: F
             f"CAST('{p.epsilon!r}' AS DOUBLE), CAST('{p.delta!r}' AS DOUBLE))"
         )
     return select
+
+
+def _same_keys(keys: list[str], left: str, right: str) -> str:
+    pairs = [f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in keys]
+    return " AND ".join(pairs) or "TRUE"
+
+
+def _release(
+    plan: Plan,
+    m: Measurement,
+    columns: dict[str, str],
+    histogram: dict[str, int],
+    functions: Functions,
+) -> str:
+    """One measurement, released by the function its kind calls for."""
+    epsilon = f"CAST('{m.epsilon!r}' AS DOUBLE)"
+    sensitivity = f"CAST({plan.sensitivity(m)} AS HUGEINT)"
+    if m.quantile is not None:
+        p, low, high = m.quantile
+        h = f"h{histogram[m.name]}"
+        return (
+            f"{functions.quantile}({h}.__buckets, {h}.__weights, CAST('{p!r}' AS DOUBLE), "
+            f"CAST('{low!r}' AS DOUBLE), CAST('{high!r}' AS DOUBLE), {BUCKETS}, {epsilon}, "
+            f"{sensitivity}) AS {m.name}"
+        )
+    value = f"CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT)"
+    return f"{functions.noise}({value}, {sensitivity}, {epsilon}) AS {m.name}"
 
 
 def _post_processing(plan: Plan, keys: list[str]) -> str:
@@ -345,17 +439,24 @@ def output_name(item: exp.Expr) -> str:
 
 
 def _support_columns(plan: Plan) -> list[exp.Expr]:
+    """The noisy count (in rows, whatever the weighting) behind each AVG output."""
+    measurements = {m.name: m for m in plan.measurements}
     averages = {
-        to_sql(s.aggregate.node): s.measurements[1]
+        to_sql(s.aggregate.node): measurements[s.measurements[1]]
         for s in plan.statistics
-        if len(s.measurements) == 2
+        if s.aggregate.kind == AggregateKind.AVG
     }
     return [
         exp.alias_(
-            exp.column(averages[to_sql(item.unalias())]),
+            exp.Mul(
+                this=exp.Cast(
+                    this=exp.column(averages[text].name), to=exp.DataType.build("DOUBLE")
+                ),
+                expression=exp.Literal.number(repr(averages[text].unit)),
+            ),
             SUPPORT_PREFIX + output_name(item),
             quoted=True,
         )
         for item in plan.analysis.select.expressions
-        if to_sql(item.unalias()) in averages
+        if (text := to_sql(item.unalias())) in averages
     ]

@@ -25,6 +25,12 @@ from rewriter.options import AUTO
 GRID_BITS = 40
 """Clamped values are stored as integers of at most 2**GRID_BITS grid steps."""
 
+SPREAD_GRID_BITS = 20
+"""VARIANCE and STDDEV sum squares of gridded values: a coarser grid keeps them in HUGEINT."""
+
+BUCKETS = 4096
+"""QUANTILE: values are counted in this many equal buckets between the bounds."""
+
 SMALLEST_EXPONENT = -1000
 """The finest grid, 2**-1000: its reciprocal is still a finite double."""
 
@@ -43,9 +49,9 @@ class Grid:
     high: int
 
     @classmethod
-    def for_bounds(cls, low: float, high: float) -> Grid:
+    def for_bounds(cls, low: float, high: float, bits: int = GRID_BITS) -> Grid:
         magnitude = max(abs(low), abs(high))
-        exponent = max(math.frexp(magnitude)[1] - GRID_BITS, SMALLEST_EXPONENT)
+        exponent = max(math.frexp(magnitude)[1] - bits, SMALLEST_EXPONENT)
         step = math.ldexp(1.0, exponent)
         grid_low, grid_high = math.ceil(low / step), math.floor(high / step)
         # An interval narrower than one step may hold no grid point: keep one.
@@ -77,9 +83,11 @@ class Measurement:
     """One exact integer per group that the release stage perturbs.
 
     ``kind`` is ``rows`` (row count), ``units`` (distinct units), ``count`` (sum of a
-    0/1 indicator), ``sum`` (sum of gridded values) or ``centred`` (sum of doubled,
-    midpoint-centred gridded values); ``bound`` is the largest magnitude one kept row
-    adds; ``step`` what one grid unit is worth in the statistic's units before the
+    0/1 indicator), ``sum`` (sum of gridded values), ``centred`` (sum of doubled,
+    midpoint-centred gridded values), ``squares`` (sum of 2c² − R² for those values c) or
+    ``histogram`` (a count per bucket of the value, for a quantile); ``bound`` is the
+    largest magnitude one kept row adds (to each bucket, for a histogram); ``step`` what
+    one grid unit is worth in the statistic's units before the
     ``2**weight_bits`` fixed-point weighting of BOUND WEIGHTS.
     """
 
@@ -90,6 +98,8 @@ class Measurement:
     epsilon: float
     step: float = 1.0
     weight_bits: int = 0
+    quantile: tuple[float, float, float] | None = None
+    """For a ``histogram``: (p, low, high) of the quantile released from it."""
 
     @property
     def unit(self) -> float:
@@ -193,7 +203,7 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
         # Weighted averaging keeps every row, has the same sensitivity as sample limiting
         # with k = h and no sampling variance (EMMMR20 Thm 3), and needs no ranking.
         strategy = "WEIGHTS"
-    if strategy == "CLIP" and any(a.kind == AggregateKind.SUM for a in analysis.aggregates):
+    if strategy == "CLIP" and any(a.kind not in CLIPPABLE for a in analysis.aggregates):
         raise UnsupportedQuery("BOUND CLIP bounds means (RT24): use it with AVG and COUNT")
     search_epsilon = total_epsilon * AUTO_SHARE if automatic else 0.0
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
@@ -234,6 +244,17 @@ def _public_groups(analysis: Analysis) -> int:
     return math.prod(sizes) if sizes and all(sizes) else 1
 
 
+CLIPPABLE = (
+    AggregateKind.AVG,
+    AggregateKind.COUNT_ROWS,
+    AggregateKind.COUNT_VALUES,
+    AggregateKind.COUNT_UNITS,
+)
+"""What RT24's per-unit clipping bounds: means, and counts under its row cap."""
+
+WEIGHTED = ("count", "sum", "centred", "squares", "histogram")
+"""Measurements whose per-cell values BOUND WEIGHTS scales on the 2**-W weight grid."""
+
 COUNTED = {
     AggregateKind.COUNT_ROWS: ("rows", False),
     AggregateKind.COUNT_UNITS: ("units", False),
@@ -252,7 +273,7 @@ class _Builder:
     def measure(
         self, kind: str, value: exp.Expr | None, bound: int, epsilon: float, step: float = 1.0
     ) -> Measurement:
-        bits = self.weight_bits if kind in ("count", "sum", "centred") else 0
+        bits = self.weight_bits if kind in WEIGHTED else 0
         name = f"__m{len(self.measurements)}"
         measurement = Measurement(name, kind, value, bound, epsilon, step, bits)
         self.measurements.append(measurement)
@@ -267,18 +288,54 @@ class _Builder:
             expression = _integer(m) if m.weight_bits == 0 else _scaled(m)
             return Statistic(aggregate, expression, (m.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
+        if kind == AggregateKind.QUANTILE:
+            p = aggregate.p if aggregate.p is not None else 0.5
+            m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, epsilon)
+            self.measurements[-1] = replace(m, quantile=(p, low, high))
+            return Statistic(aggregate, exp.column(m.name), (m.name,))
+        if kind in SPREAD_KINDS:
+            return self.spread(aggregate, epsilon)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
         if kind == AggregateKind.SUM:
             m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
             return Statistic(aggregate, _scaled(m), (m.name,), grid)
-        centred = exp.Sub(
-            this=exp.Mul(this=exp.Literal.number(2), expression=gridded),
-            expression=exp.Literal.number(grid.low + grid.high),
-        )
+        centred = _centred(gridded, grid)
         total = self.measure("centred", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
         count = self.measure("count", _present(aggregate.argument), 1, epsilon / 2)
         return Statistic(aggregate, _mean(total, count, grid), (total.name, count.name), grid)
+
+    def spread(self, aggregate: Aggregate, epsilon: float) -> Statistic:
+        """VARIANCE and STDDEV from noisy sums of c, of 2c² − R², and of the count
+        (ε in thirds), c the doubled, centred gridded value and R its range."""
+        low, high = aggregate.bounds or (0.0, 0.0)
+        grid = Grid.for_bounds(low, high, SPREAD_GRID_BITS)
+        centred = _centred(_gridded(aggregate.argument, grid), grid)
+        spread = grid.high - grid.low
+        squares = exp.Sub(
+            this=exp.Mul(
+                this=exp.Literal.number(2),
+                expression=exp.Mul(
+                    this=exp.Cast(this=centred.copy(), to=_type(exp.DType.INT128)),
+                    expression=centred.copy(),
+                ),
+            ),
+            expression=exp.Literal.number(spread * spread),
+        )
+        half = grid.step / 2
+        total = self.measure("centred", centred, spread, epsilon / 3, half)
+        square = self.measure("squares", squares, spread * spread, epsilon / 3, half * half / 2)
+        count = self.measure("count", _present(aggregate.argument), 1, epsilon / 3)
+        expression = _spread(total, square, count, grid, aggregate.kind)
+        return Statistic(aggregate, expression, (total.name, square.name, count.name), grid)
+
+
+SPREAD_KINDS = (
+    AggregateKind.VAR_SAMP,
+    AggregateKind.VAR_POP,
+    AggregateKind.STDDEV_SAMP,
+    AggregateKind.STDDEV_POP,
+)
 
 
 def _type(kind: exp.DType) -> exp.DataType:
@@ -326,6 +383,73 @@ def _gridded(argument: exp.Expr | None, grid: Grid) -> exp.Expr:
         default=clamped,
     )
     return exp.Cast(this=kept, to=_type(exp.DType.BIGINT))
+
+
+def _centred(gridded: exp.Expr, grid: Grid) -> exp.Expr:
+    """2q − lo_q − hi_q: the gridded value's doubled distance from the midpoint, in [−R, R]."""
+    centred = exp.Sub(
+        this=exp.Mul(this=exp.Literal.number(2), expression=gridded),
+        expression=exp.Literal.number(grid.low + grid.high),
+    )
+    return exp.paren(centred, copy=False)
+
+
+def _bucket(argument: exp.Expr | None, low: float, high: float) -> exp.Expr:
+    """The value's bucket among BUCKETS equal ones over [low, high] (NULL stays NULL)."""
+    assert argument is not None
+    width = (high - low) / BUCKETS
+    value = exp.TryCast(this=argument.copy(), to=_type(exp.DType.DOUBLE))
+    index = (
+        exp.Floor(
+            this=exp.Div(
+                this=exp.paren(exp.Sub(this=value, expression=_double(low)), copy=False),
+                expression=_double(width),
+            )
+        )
+        if width > 0
+        else exp.Mul(this=value, expression=exp.Literal.number(0))
+    )
+    clamped = exp.func(
+        "least",
+        exp.func("greatest", index, exp.Literal.number(0)),
+        exp.Literal.number(BUCKETS - 1),
+    )
+    kept = exp.Case(
+        ifs=[exp.If(this=exp.Is(this=index.copy(), expression=exp.null()), true=exp.null())],
+        default=clamped,
+    )
+    return exp.Cast(this=kept, to=_type(exp.DType.INT))
+
+
+def _spread(
+    total: Measurement, squares: Measurement, count: Measurement, grid: Grid, kind: str
+) -> exp.Expr:
+    """Variance (or its root) of the values around the midpoint, from the noisy sums.
+
+    With N the noisy count (at least 1), mean = S1/N and mean of squares = S2/N + R²u
+    (u what one grid unit of S2 is worth); the population variance is their difference, kept in
+    [0, (hi − lo)²/4]; the sample variance multiplies it by N/(N − 1).
+    """
+    n = exp.func("greatest", _scaled(count), _double(1.0))
+    spread = grid.high - grid.low
+    mean = exp.Div(this=_scaled(total), expression=n.copy())
+    mean_square = exp.Add(
+        this=exp.Div(this=_scaled(squares), expression=n.copy()),
+        expression=_double(spread * spread * squares.step),
+    )
+    variance = exp.Sub(this=mean_square, expression=exp.Mul(this=mean, expression=mean.copy()))
+    if kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP):
+        variance = exp.Div(
+            this=exp.Mul(this=exp.paren(variance, copy=False), expression=n.copy()),
+            expression=exp.func(
+                "greatest", exp.Sub(this=n.copy(), expression=_double(1.0)), _double(1.0)
+            ),
+        )
+    largest = ((grid.high - grid.low) * grid.step) ** 2 / 4
+    kept = exp.func("least", exp.func("greatest", variance, _double(0.0)), _double(largest))
+    if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
+        return exp.Sqrt(this=kept)
+    return kept
 
 
 def _scaled(measurement: Measurement) -> exp.Expr:

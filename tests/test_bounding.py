@@ -25,7 +25,7 @@ from rewriter.plan import plan
 
 stats = pytest.importorskip("scipy.stats")
 
-IDENTITY = Functions(noise="exact_value", keep="keep_all")
+IDENTITY = Functions(noise="exact_value", keep="keep_all", quantile="no_quantile")
 SAMPLES = 20_000
 CONFIDENCE_Z = 5.3  # each proportion's bound fails with probability < 1e-7
 

@@ -52,7 +52,10 @@ def test_the_flights_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     notebook = nbformat.read(copy, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}
+        notebook,
+        kernel_name="python3",
+        timeout=180,
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()  # raises CellExecutionError if any cell fails
 
@@ -68,7 +71,7 @@ def test_the_flights_notebook_runs(tmp_path, monkeypatch):
     # the plot cell shows an image
     assert "image/png" in outputs(by_source["axes = monthly.plot()"])[2]
     # the refusal is one line on stderr, without a traceback
-    refusal = [outputs(c)[1] for c in cells if "MAX(dep_delay)" in c.source][0]
+    refusal = next(outputs(c)[1] for c in cells if "MAX(dep_delay)" in c.source)
     assert refusal.startswith("refused: [aggregate]") and refusal.count("\n") == 1
     # the median: an answer or, until quantiles land, the refusal's message
     median = next(c for c in cells if "MEDIAN(" in c.source)
@@ -105,7 +108,11 @@ def test_the_cell_magic_returns_a_dataframe_shown_with_intervals(shell):
     assert list(frame.columns) == ["origin", "flights", "delay"]
     assert list(frame["origin"]) == ["EWR", "JFK", "LGA"]
     html = frame._repr_html_()
-    assert html.count("class=\"pm\"") == 6 and "ε = 0.5 charged" in html and "ε remaining 4.5 of 5" in html
+    assert (
+        html.count('class="pm"') == 6
+        and "ε = 0.5 charged" in html
+        and "ε remaining 4.5 of 5" in html
+    )
     # -o keeps the privsql Result, with its accuracy and plot
     result = shell.user_ns["res"]
     assert isinstance(result, privsql.Result) and result.epsilon == 0.5

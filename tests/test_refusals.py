@@ -352,16 +352,30 @@ CASES = [
         NonDPAggregate,
         "max-in-order-by",
     ),
+    case(f"SELECT MEDIAN(user_id + 1) FROM visits {U}", MissingBounds, "median-unbounded"),
     case(
-        f"SELECT MEDIAN(amount CLAMPED BETWEEN 0 AND 10) FROM visits {U}",
-        UnsupportedQuery,
-        "median-not-supported-yet",
+        f"SELECT QUANTILE(amount, 1.5 CLAMPED BETWEEN 0 AND 10) FROM visits {U}",
+        InvalidOption,
+        "quantile-out-of-range",
     ),
     case(
-        f"SELECT QUANTILE(amount, 0.9 CLAMPED BETWEEN 0 AND 10) FROM visits {U}",
-        UnsupportedQuery,
-        "quantile-not-supported-yet",
+        f"SELECT QUANTILE(amount, user_id CLAMPED BETWEEN 0 AND 10) FROM visits {U}",
+        InvalidOption,
+        "quantile-not-constant",
     ),
+    case(
+        "SELECT MEDIAN(amount CLAMPED BETWEEN 0 AND 10) FROM visits "
+        "PRIVACY_UNIT user_id BOUND CLIP",
+        UnsupportedQuery,
+        "median-under-clip",
+    ),
+    case(
+        "SELECT VARIANCE(amount CLAMPED BETWEEN 0 AND 10) FROM visits "
+        "PRIVACY_UNIT user_id BOUND CLIP",
+        UnsupportedQuery,
+        "variance-under-clip",
+    ),
+    case(f"SELECT STDDEV(user_id + 1) FROM visits {U}", MissingBounds, "stddev-unbounded"),
     # -- COUNT(DISTINCT ...) only on the unit --------------------------------------------------
     case(f"SELECT COUNT(DISTINCT site) FROM visits {U}", NonDPAggregate, "count-distinct-key"),
     case(f"SELECT COUNT(DISTINCT note) FROM visits {U}", NonDPAggregate, "count-distinct-note"),

@@ -88,7 +88,9 @@ class Terminal:
                 self.seen = clean[at + len(text) :]  # later reads start after the match
                 return clean[: at + len(text)]
             if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} never appeared; the screen showed:\n{clean[-3000:]}")
+                raise AssertionError(
+                    f"{text!r} never appeared; the screen showed:\n{clean[-3000:]}"
+                )
             try:
                 self.seen += self.child.read_nonblocking(4096, timeout=0.2)
             except pexpect.TIMEOUT:

@@ -165,7 +165,11 @@ def test_explain_spends_nothing_and_shows_the_plan(flights_db):
     assert "privsql_laplace" in explanation.sql
     assert {a["aggregate"] for a in explanation.aggregates} >= {"COUNT(*)"}
     assert explanation.bounding == {
-        "strategy": "ROWS", "cap": 600, "groups": 3, "search": None, "search_epsilon": 0.0
+        "strategy": "ROWS",
+        "cap": 600,
+        "groups": 3,
+        "search": None,
+        "search_epsilon": 0.0,
     }
 
 

@@ -151,12 +151,14 @@ def test_shared_database_needs_distinct_names(tmp_path: pathlib.Path) -> None:
     second = duckdb.connect(path)  # same database instance: one shared function catalog
     first_rng = CountingRandom(SeededRandom(1, insecure=True))
     second_rng = CountingRandom(SeededRandom(2, insecure=True))
-    assert register(first, first_rng) == UdfNames("privsql_laplace", "privsql_keep")
+    assert register(first, first_rng) == UdfNames(
+        "privsql_laplace", "privsql_keep", "privsql_quantile"
+    )
     # Refused rather than silently sharing the first connection's random source.
     with pytest.raises(UdfNameConflict, match="suffix"):
         register(second, second_rng)
     names = register(second, second_rng, suffix="_s2")
-    assert names == UdfNames("privsql_laplace_s2", "privsql_keep_s2")
+    assert names == UdfNames("privsql_laplace_s2", "privsql_keep_s2", "privsql_quantile_s2")
     second.sql(
         f"SELECT {names.laplace}(1::HUGEINT, 1, 1.0), {names.keep}(5, 1, 1.0, 1e-6)"
     ).fetchall()

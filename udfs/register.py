@@ -4,6 +4,9 @@
   ``value + DLap(sensitivity/epsilon)`` computed exactly (:mod:`udfs.laplace`).
 * ``privsql_keep(units BIGINT, max_groups BIGINT, epsilon DOUBLE, delta DOUBLE) -> BOOLEAN``:
   the partition-selection decision of :mod:`udfs.partition`.
+* ``privsql_quantile(buckets INTEGER[], weights HUGEINT[], p, low, high DOUBLE, size INTEGER,
+  epsilon DOUBLE, unit_weight HUGEINT) -> DOUBLE``: one group's private p-quantile from its
+  sparse bucket histogram (:mod:`udfs.quantile`); a NULL histogram is an empty group.
 
 Both are registered with ``side_effects=True`` so DuckDB neither constant-folds nor
 de-duplicates calls (every row gets fresh noise), and with special NULL handling so the
@@ -33,6 +36,7 @@ import pyarrow as pa
 
 from udfs.discrete_laplace import sample_discrete_laplace, scale_of
 from udfs.partition import partition_threshold
+from udfs.quantile import private_quantile
 from udfs.random import RandomSource
 
 __all__ = ["HUGEINT_MAX", "HUGEINT_MIN", "UdfNameConflict", "UdfNames", "register", "unregister"]
@@ -132,11 +136,46 @@ def _keep_udf(rng: RandomSource) -> Callable[..., pa.Array]:
     return privsql_keep
 
 
+def _quantile_udf(rng: RandomSource) -> Callable[..., pa.Array]:
+    def privsql_quantile(
+        buckets: _ArrowInput,
+        weights: _ArrowInput,
+        p: _ArrowInput,
+        low: _ArrowInput,
+        high: _ArrowInput,
+        size: _ArrowInput,
+        epsilon: _ArrowInput,
+        unit_weight: _ArrowInput,
+    ) -> pa.Array:
+        out: list[float] = []
+        columns = (
+            buckets.to_pylist(),
+            weights.to_pylist(),
+            p.to_pylist(),
+            low.to_pylist(),
+            high.to_pylist(),
+            size.to_pylist(),
+            epsilon.to_pylist(),
+            _hugeint_column(unit_weight),
+        )
+        for index, mass, q, lo, hi, g, e, w in zip(*columns, strict=True):
+            if None in (q, lo, hi, g, e, w):
+                raise ValueError("privsql_quantile: its parameters must not be NULL")
+            counts = [0] * g
+            for b, m in zip(index or [], mass or [], strict=True):
+                counts[b] += int(m)
+            out.append(private_quantile(counts, q, lo, hi, e, w, rng))
+        return pa.array(out, type=pa.float64())
+
+    return privsql_quantile
+
+
 class UdfNames(NamedTuple):
     """The SQL names under which :func:`register` put the two functions."""
 
     laplace: str = "privsql_laplace"
     keep: str = "privsql_keep"
+    quantile: str = "privsql_quantile"
 
 
 class UdfNameConflict(RuntimeError):
@@ -199,16 +238,33 @@ def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str =
     """
     if not _SUFFIX.fullmatch(suffix):
         raise ValueError(f"suffix must contain only letters, digits and _, got {suffix!r}")
-    names = UdfNames(f"privsql_laplace{suffix}", f"privsql_keep{suffix}")
-    _replace_function(
-        con, names.laplace, _laplace_udf(rng), ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"
-    )
+    names = UdfNames(*(f"{name}{suffix}" for name in UdfNames()))
+    signatures = {
+        names.laplace: (_laplace_udf, ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"),
+        names.keep: (_keep_udf, ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"], "BOOLEAN"),
+        names.quantile: (
+            _quantile_udf,
+            [
+                "INTEGER[]",
+                "HUGEINT[]",
+                "DOUBLE",
+                "DOUBLE",
+                "DOUBLE",
+                "INTEGER",
+                "DOUBLE",
+                "HUGEINT",
+            ],
+            "DOUBLE",
+        ),
+    }
+    registered: list[str] = []
     try:
-        _replace_function(
-            con, names.keep, _keep_udf(rng), ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"], "BOOLEAN"
-        )
+        for name, (make, params, returns) in signatures.items():
+            _replace_function(con, name, make(rng), params, returns)
+            registered.append(name)
     except UdfNameConflict:
-        _remove_own(con, names.laplace)
+        for name in registered:
+            _remove_own(con, name)
         raise
     return names
 
