@@ -185,7 +185,7 @@ def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
 
 
 def _chosen(plan: Plan, keys: list[str]) -> str:
-    if not keys:
+    if not plan.groups_may_exceed_cap:
         return "SELECT * FROM __cells"
     order = f"hash({SECRET}, __unit, {_list(keys)}), {_list(keys)}"
     return (

@@ -177,6 +177,17 @@ class Plan:
             m.value is not None for m in self.measurements
         )
 
+    @property
+    def groups_may_exceed_cap(self) -> bool:
+        """Whether a unit can touch more groups than MAX_GROUPS (else no group is dropped).
+
+        With listed public keys, no unit touches more groups than there are keys.
+        """
+        return bool(self.analysis.keys) and (
+            any(k.size is None for k in self.analysis.keys)
+            or _public_groups(self.analysis) > self.bounding.groups
+        )
+
     def sensitivity(self, measurement: Measurement) -> int:
         """L1 sensitivity over all groups, from the caps the generated SQL enforces."""
         if measurement.kind == "units":
