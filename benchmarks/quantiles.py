@@ -23,10 +23,14 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import privsql  # noqa: E402
-from data import make_table  # noqa: E402
+from data import make_table
 
-COUNT_FLOOR = "SELECT g, sum(least(n, 10)) FROM (SELECT uid, g, count(*) AS n FROM t GROUP BY uid, g) GROUP BY g"
+import privsql
+
+COUNT_FLOOR = (
+    "SELECT g, sum(least(n, 10)) FROM (SELECT uid, g, count(*) AS n FROM t GROUP BY uid, g) "
+    "GROUP BY g"
+)
 
 
 def _session(con: duckdb.DuckDBPyConnection, table: str, unit: str) -> privsql.Session:
@@ -51,7 +55,8 @@ def uniform_median(runs: int) -> None:
     within = sum(e <= 5.0 for e in errors) / runs
     print(
         f"median of 10^6 uniform on [0,1000], ε=1: {within:.0%} of {runs} runs within 5.0 "
-        f"(0.5% of range); max error {max(errors):.3f}, median error {statistics.median(errors):.3f}"
+        f"(0.5% of range); max error {max(errors):.3f}, "
+        f"median error {statistics.median(errors):.3f}"
     )
 
 
@@ -98,7 +103,7 @@ def grouped_median(rows: int) -> None:
     floor = best(lambda i: con.execute(COUNT_FLOOR).fetchall())
     for bound in ("BOUND ROWS 10", "BOUND WEIGHTS 10"):
         median = best(
-            lambda i: db.sql(
+            lambda i, bound=bound: db.sql(
                 f"SELECT g, MEDIAN(v CLAMPED BETWEEN 0 AND 100) AS m FROM t GROUP BY g "
                 f"PRIVACY_UNIT uid {bound} MAX_GROUPS 50 EPSILON {1 + i * 1e-9!r}",
                 keys=keys,
