@@ -10,6 +10,8 @@ from rewriter.analyze import analyze
 from rewriter.generate import Functions, generate
 from rewriter.plan import BUCKETS, plan
 
+TOTALS = "SELECT __k0, list_sum(__weights) AS total FROM __hist0 ORDER BY 1"
+
 SPREADS = """
     SELECT origin,
            VAR_SAMP(distance CLAMPED BETWEEN 0 AND 5000) AS var_samp,
@@ -115,8 +117,8 @@ def test_one_unit_moves_a_group_histogram_by_at_most_the_unit_weight(flights_con
         statement = generate(query_plan, Functions("n", "k", "q")).rsplit("\n", 1)[0]
         totals = "SELECT __k0, list_sum(__weights) AS total FROM __hist0 ORDER BY 1"
 
-        def weights():
-            rows = flights_con.execute(statement + "\n" + totals, {"privsql_secret": 5}).fetchall()
+        def weights(statement=statement):
+            rows = flights_con.execute(statement + "\n" + TOTALS, {"privsql_secret": 5}).fetchall()
             return {k: int(v) for k, v in rows}
 
         before = weights()
