@@ -115,7 +115,6 @@ def test_one_unit_moves_a_group_histogram_by_at_most_the_unit_weight(flights_con
         query_plan = plan(analyze(query.format(bound=bound), db._catalog()), epsilon=1, delta=1e-6)
         histogram = next(m for m in query_plan.measurements if m.kind == "histogram")
         statement = generate(query_plan, Functions("n", "k", "q")).rsplit("\n", 1)[0]
-        totals = "SELECT __k0, list_sum(__weights) AS total FROM __hist0 ORDER BY 1"
 
         def weights(statement=statement):
             rows = flights_con.execute(statement + "\n" + TOTALS, {"privsql_secret": 5}).fetchall()
