@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 import udfs
 from privsql.ledger import BudgetExceeded, Ledger, StoredAnswer
@@ -34,7 +35,7 @@ from rewriter.generate import (
     output_name,
     threshold_sql,
 )
-from rewriter.plan import CANDIDATES, Plan, Statistic, plan
+from rewriter.plan import BUCKETS, CANDIDATES, Measurement, Plan, Statistic, plan
 
 FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
 CAP_KEY = b"privsql.cap"
@@ -67,10 +68,17 @@ class Explanation:
                     f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}"
                 )
         for a in self.aggregates:
-            scale = f"{a['scale']:g}" if a["scale"] is not None else "set by the threshold"
+            known = a["scale"] is not None
+            if a["mechanism"] == "laplace":
+                detail = f"scale {a['scale']:g}" if known else "scale set by the threshold"
+            else:
+                detail = (
+                    f"95% rank error ≤ {a['scale']:g} rows" if known else "set by the threshold"
+                )
+                detail += f", {BUCKETS} buckets"
             lines.append(
-                f"  {a['aggregate']}: Laplace on {a['measurement']}, ε = {a['epsilon']:g}, "
-                f"scale {scale}"
+                f"  {a['aggregate']}: {a['mechanism']} on {a['measurement']}, "
+                f"ε = {a['epsilon']:g}, {detail}"
             )
         if self.partition_selection:
             p = self.partition_selection
@@ -194,14 +202,7 @@ class Session:
         resolved = query_plan.search is None
         measurements = {m.name: m for m in query_plan.measurements}
         aggregates = tuple(
-            {
-                "aggregate": to_sql(s.aggregate.node),
-                "measurement": m.name,
-                "epsilon": m.epsilon,
-                "scale": query_plan.sensitivity(m) * m.unit / m.epsilon
-                if resolved or m.kind == "units"
-                else None,
-            }
+            _mechanism(query_plan, s.aggregate.node, m, resolved or m.kind == "units")
             for s in query_plan.statistics
             for m in (measurements[name] for name in s.measurements)
         )
@@ -349,6 +350,37 @@ class Session:
             half_widths=widths,
             cached=cached,
         )
+
+
+def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:
+    """One measurement as ``explain`` shows it: its mechanism, ε and noise scale.
+
+    For a quantile the scale is the mechanism's rank error bound at 95%, in rows.
+    """
+    if m.kind == "histogram":
+        assert m.quantile is not None
+        scale = (
+            udfs.rank_error_bound(
+                BUCKETS,
+                m.epsilon,
+                udfs.quantile_sensitivity(m.quantile[0], query_plan.sensitivity(m)),
+                0.05,
+            )
+            * m.unit
+            if known
+            else None
+        )
+        mechanism = "permute-and-flip"
+    else:
+        scale = query_plan.sensitivity(m) * m.unit / m.epsilon if known else None
+        mechanism = "laplace"
+    return {
+        "aggregate": to_sql(aggregate),
+        "measurement": m.name,
+        "mechanism": mechanism,
+        "epsilon": m.epsilon,
+        "scale": scale,
+    }
 
 
 def _answer_key(query_plan: Plan) -> str:
