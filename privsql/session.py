@@ -69,7 +69,7 @@ class Explanation:
                 )
         for a in self.aggregates:
             known = a["scale"] is not None
-            if a["mechanism"] == "laplace":
+            if a["mechanism"] == "Laplace":
                 detail = f"scale {a['scale']:g}" if known else "scale set by the threshold"
             else:
                 detail = (
@@ -373,7 +373,7 @@ def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: boo
         mechanism = "permute-and-flip"
     else:
         scale = query_plan.sensitivity(m) * m.unit / m.epsilon if known else None
-        mechanism = "laplace"
+        mechanism = "Laplace"
     return {
         "aggregate": to_sql(aggregate),
         "measurement": m.name,
