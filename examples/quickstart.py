@@ -30,15 +30,17 @@ def main() -> None:
         db = privsql.connect(Path(tmp) / "ledger.duckdb", budget=2.0)
 
         # The three airports are public knowledge: all three appear, each with noisy values.
+        # No BOUND clause: the per-plane bound is chosen privately (BOUND AUTO).
         by_airport = f"""
             SELECT origin,
                    COUNT(*)                                 AS flights,
                    AVG(dep_delay CLAMPED BETWEEN -30 AND 180) AS avg_delay,
-                   SUM(distance CLAMPED BETWEEN 0 AND 5000)  AS miles
+                   SUM(distance CLAMPED BETWEEN 0 AND 5000)  AS miles,
+                   MEDIAN(air_time CLAMPED BETWEEN 0 AND 700) AS median_air_time
             FROM read_parquet('{parquet}')
             WHERE year = 2013
             GROUP BY origin
-            PRIVACY_UNIT tailnum BOUND ROWS 200 MAX_GROUPS 3 EPSILON 1.0
+            PRIVACY_UNIT tailnum MAX_GROUPS 3 EPSILON 1.0  -- BOUND AUTO: chosen privately
             ORDER BY origin
         """
         plan = db.explain(by_airport, keys={"origin": ["EWR", "JFK", "LGA"]})

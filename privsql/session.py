@@ -7,6 +7,7 @@ selection by the functions ``udfs`` registers) → charge the ledger → result.
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from collections.abc import Mapping, Sequence
@@ -38,8 +39,8 @@ from rewriter.generate import (
 from rewriter.plan import BUCKETS, CANDIDATES, Measurement, Plan, Statistic, plan
 
 FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
-CAP_KEY = b"privsql.cap"
-"""Arrow metadata of a stored answer: the cap its AUTO threshold search chose."""
+CAP_KEY = b"privsql.caps"
+"""Arrow metadata of a stored answer: the caps, by rule, that bounded it."""
 Keys = Mapping[str, Sequence[object]]
 
 
@@ -182,8 +183,8 @@ class Session:
         data, table, query_plan = self._execute(query_plan)
         stored = self._ledger.answer(key, data)
         if stored is not None:
-            cap = int(stored.schema.metadata[CAP_KEY])
-            return self._result(stored, query_plan.with_cap(cap), cached=True)
+            caps = json.loads(stored.schema.metadata[CAP_KEY])
+            return self._result(stored, query_plan.with_caps(caps), cached=True)
         self._ledger.charge(
             to_sql(analysis.select),
             query_plan.epsilon,
@@ -213,10 +214,11 @@ class Session:
             "groups": query_plan.bounding.groups,
             "search": None
             if search is None
-            else (
-                f"the {search.rank}-th largest cell size"
-                if search.rule == "rank"
-                else "EMMMR20's v(h) minimiser"
+            else " and ".join(
+                f"about {search.rank} units above the cap"
+                if rule == "rank"
+                else "EMMMR20's v(h) minimiser for AVG"
+                for rule in search.rules
             ),
             "search_epsilon": 0.0 if search is None else search.epsilon,
         }
@@ -307,7 +309,7 @@ class Session:
             ).fetchall()[0]
             if query_plan.search is not None:
                 summary = self._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
-                query_plan = query_plan.with_cap(self._threshold(query_plan, summary))
+                query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
             table = self._run(generate(query_plan, FUNCTIONS)).to_arrow_table()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
             raise  # decided from the SQL and the schema alone: safe to show
@@ -318,26 +320,32 @@ class Session:
             ) from None
         finally:
             con.execute("ROLLBACK")
-        table = table.replace_schema_metadata({CAP_KEY: str(query_plan.bounding.cap)})
+        caps = dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap}
+        table = table.replace_schema_metadata({CAP_KEY: json.dumps(caps)})
         return repr(fingerprint), table, query_plan
 
     def _run(self, statement: str) -> duckdb.DuckDBPyRelation:
         secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
         return self._con.sql(statement, params=secret)
 
-    def _threshold(self, query_plan: Plan, summary: Sequence[int]) -> int:
-        """The AUTO cap, chosen by the plan's rule from the per-unit summary."""
+    def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
+        """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
         search = query_plan.search
         assert search is not None
         units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
-        if search.rule == "rank":
-            return udfs.rank_threshold(
-                CANDIDATES, exceedances, search.rank, search.epsilon, self._rng
+        epsilon = search.epsilon / len(search.rules)
+        caps = {}
+        for rule in search.rules:
+            if rule == "rank":
+                caps[rule] = udfs.rank_threshold(
+                    CANDIDATES, exceedances, search.rank, epsilon, self._rng
+                )
+                continue
+            centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
+            caps[rule] = udfs.variance_threshold(
+                CANDIDATES, units, exceedances, search.half_range, centred, epsilon, self._rng
             )
-        centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
-        return udfs.variance_threshold(
-            CANDIDATES, units, exceedances, search.half_range, centred, search.epsilon, self._rng
-        )
+        return caps
 
     def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]

@@ -233,13 +233,16 @@ def _weights_bounded(plan: Plan, layout: _Layout) -> str:
     Per cell that is ``least(s, h)`` rows and ``sum · min(1, h/s)`` on a 2**-W weight
     grid (floor division keeps |weighted| <= h·bound·2**W exactly); no row is re-read.
     """
-    cap = plan.bounding.cap
     weighted = "".join(
-        f", CASE WHEN __rows <= {cap} THEN CAST({s} AS HUGEINT) * {1 << m.weight_bits} "
-        f"ELSE CAST({s} AS HUGEINT) * {cap << m.weight_bits} // __rows END AS {s}"
+        f", CASE WHEN __rows <= {plan.cap(m)} THEN CAST({s} AS HUGEINT) * {1 << m.weight_bits} "
+        f"ELSE CAST({s} AS HUGEINT) * {plan.cap(m) << m.weight_bits} // __rows END AS {s}"
         for m, s in zip(layout.valued, layout.sums, strict=True)
     )
-    return f"SELECT {_list(layout.cell)}, least(__rows, {cap}) AS __rows{weighted} FROM __chosen"
+    counted = [m for m in plan.measurements if m.kind == "rows"] or [
+        m for m in plan.measurements if m.kind != "units"
+    ]
+    rows = f"least(__rows, {plan.cap(counted[0])})" if counted else "__rows"
+    return f"SELECT {_list(layout.cell)}, {rows} AS __rows{weighted} FROM __chosen"
 
 
 def _clip_bounded(plan: Plan, layout: _Layout) -> str:
@@ -302,8 +305,9 @@ def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
             )
             counts = (
                 f"SELECT {_list(keys, 'r.') + ', ' if keys else ''}r.{bucket} AS __bucket, "
-                f"sum(CASE WHEN c.__rows <= {cap} THEN CAST(r.__n AS HUGEINT) * "
-                f"{1 << m.weight_bits} ELSE CAST(r.__n AS HUGEINT) * {cap << m.weight_bits} "
+                f"sum(CASE WHEN c.__rows <= {plan.cap(m)} THEN CAST(r.__n AS HUGEINT) * "
+                f"{1 << m.weight_bits} ELSE CAST(r.__n AS HUGEINT) * "
+                f"{plan.cap(m) << m.weight_bits} "
                 f"// c.__rows END) AS __weight FROM ({per_cell}) AS r JOIN __chosen AS c "
                 f"ON {_same_cell(keys, 'r', 'c')} GROUP BY {_list([*keys, bucket], 'r.')}"
             )

@@ -100,6 +100,9 @@ class Measurement:
     weight_bits: int = 0
     quantile: tuple[float, float, float] | None = None
     """For a ``histogram``: (p, low, high) of the quantile released from it."""
+    rule: str = "rank"
+    """Which AUTO threshold bounds it: AVG's sum and count share EMMMR20's v(h) minimiser
+    under WEIGHTS AUTO; everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -139,19 +142,21 @@ class Bounding:
     strategy: str
     cap: int | None
     groups: int
+    caps: tuple[tuple[str, int], ...] = ()
+    """Under WEIGHTS AUTO: the cap chosen by each rule (weighting needs no common cap)."""
 
 
 @dataclass(frozen=True)
 class ThresholdSearch:
     """A cap to choose privately before the query runs (BOUND ... AUTO).
 
-    ``rule`` is ``rank`` — the ``rank``-th largest cell size, by the exponential
-    mechanism (AKMV19 sec. 3 for ROWS; RT24's T for CLIP) — or ``variance`` — the
-    minimiser of EMMMR20's v(h) on a noisy histogram of cell sizes (WEIGHTS with AVG).
-    One unit owns at most ``groups`` cells, so either input has sensitivity ``groups``.
+    Each of ``rules`` gets an equal part of ``epsilon``: ``rank`` — about ``rank`` units
+    above the cap, by the exponential mechanism (AKMV19 sec. 3 for ROWS; RT24's T for
+    CLIP) — and ``variance`` — the minimiser of EMMMR20's v(h) on a noisy histogram of
+    largest cell sizes (the AVGs under WEIGHTS AUTO).
     """
 
-    rule: str
+    rules: tuple[str, ...]
     epsilon: float
     rank: int
     half_range: float
@@ -188,18 +193,32 @@ class Plan:
             or _public_groups(self.analysis) > self.bounding.groups
         )
 
+    def cap(self, measurement: Measurement) -> int:
+        """Rows per unit and group that bound ``measurement``."""
+        caps = dict(self.bounding.caps)
+        if self.bounding.cap is not None:
+            return self.bounding.cap
+        if measurement.rule not in caps:
+            raise ValueError("the AUTO threshold has not been chosen yet")
+        return caps[measurement.rule]
+
     def sensitivity(self, measurement: Measurement) -> int:
         """L1 sensitivity over all groups, from the caps the generated SQL enforces."""
         if measurement.kind == "units":
             return self.bounding.groups
-        if self.bounding.cap is None:
-            raise ValueError("the AUTO threshold has not been chosen yet")
-        per_cell = self.bounding.cap * measurement.bound << measurement.weight_bits
+        per_cell = self.cap(measurement) * measurement.bound << measurement.weight_bits
         return max(1, self.bounding.groups * per_cell)
 
     def with_cap(self, cap: int) -> Plan:
-        """This plan once its AUTO threshold is chosen."""
+        """This plan with every cap fixed at ``cap``."""
         return replace(self, bounding=replace(self.bounding, cap=cap), search=None)
+
+    def with_caps(self, caps: dict[str, int]) -> Plan:
+        """This plan once its AUTO thresholds are chosen, one per rule."""
+        if self.bounding.strategy != "WEIGHTS":
+            return self.with_cap(caps["rank"])
+        bounding = replace(self.bounding, caps=tuple(sorted(caps.items())))
+        return replace(self, bounding=bounding, search=None)
 
 
 def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
@@ -207,7 +226,6 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     options = analysis.options
     total_epsilon = options.epsilon or epsilon
     groups = options.max_groups if analysis.keys else 1
-    has_mean = any(a.kind == AggregateKind.AVG for a in analysis.aggregates)
     strategy = options.strategy or "AUTO"
     automatic = strategy == "AUTO" or options.threshold == AUTO or strategy == "CLIP"
     if strategy == "AUTO":
@@ -225,17 +243,21 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     cap = None if automatic else int(options.threshold or 0)
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
-    builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0)
+    # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets EMMMR20's v(h)
+    # minimiser (the variance of a weighted mean) and counts, sums and quantiles the cap
+    # that balances their bias and noise (AKMV19); sample limiting and clipping share one.
+    mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
+    builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
     search = None
     if automatic:
-        rule = "variance" if strategy == "WEIGHTS" and has_mean else "rank"
+        rules = tuple(sorted({m.rule for m in builder.measurements if m.kind != "units"}))
         released = _public_groups(analysis)
         rank = math.ceil((2 if strategy == "CLIP" else 1) * groups * released / share)
         half_range = max(
             (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
         )
-        search = ThresholdSearch(rule, search_epsilon, rank, half_range)
+        search = ThresholdSearch(rules or ("rank",), search_epsilon, rank, half_range)
     query_delta = (options.delta or delta) if private_keys else 0.0
     return Plan(
         analysis=analysis,
@@ -277,8 +299,10 @@ COUNTED = {
 class _Builder:
     """Accumulates measurements while turning each aggregate into a statistic."""
 
-    def __init__(self, weight_bits: int) -> None:
+    def __init__(self, weight_bits: int, mean_rule: str) -> None:
         self.weight_bits = weight_bits
+        self.mean_rule = mean_rule
+        self.rule = "rank"
         self.measurements: list[Measurement] = []
 
     def measure(
@@ -286,7 +310,7 @@ class _Builder:
     ) -> Measurement:
         bits = self.weight_bits if kind in WEIGHTED else 0
         name = f"__m{len(self.measurements)}"
-        measurement = Measurement(name, kind, value, bound, epsilon, step, bits)
+        measurement = Measurement(name, kind, value, bound, epsilon, step, bits, rule=self.rule)
         self.measurements.append(measurement)
         return measurement
 
@@ -312,8 +336,10 @@ class _Builder:
             m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
             return Statistic(aggregate, _scaled(m), (m.name,), grid)
         centred = _centred(gridded, grid)
+        self.rule = self.mean_rule
         total = self.measure("centred", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
         count = self.measure("count", _present(aggregate.argument), 1, epsilon / 2)
+        self.rule = "rank"
         return Statistic(aggregate, _mean(total, count, grid), (total.name, count.name), grid)
 
     def spread(self, aggregate: Aggregate, epsilon: float) -> Statistic:
