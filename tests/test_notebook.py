@@ -73,10 +73,10 @@ def test_the_flights_notebook_runs(tmp_path, monkeypatch):
     # the refusal is one line on stderr, without a traceback
     refusal = next(outputs(c)[1] for c in cells if "MAX(dep_delay)" in c.source)
     assert refusal.startswith("refused: [aggregate]") and refusal.count("\n") == 1
-    # the median: an answer or, until quantiles land, the refusal's message
+    # the median: a private answer
     median = next(c for c in cells if "MEDIAN(" in c.source)
-    out, _, data = outputs(median)
-    assert "median_air_time" in data.get("text/plain", "") or out.startswith("[unsupported]")
+    _, _, data = outputs(median)
+    assert "median_air_time" in data.get("text/plain", "")
 
 
 # -- the magic in an IPython shell -----------------------------------------------------------
