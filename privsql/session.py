@@ -23,7 +23,7 @@ from sqlglot import exp
 import udfs
 from privsql.ledger import BudgetExceeded, Ledger, StoredAnswer
 from privsql.result import HalfWidth, Result
-from rewriter.analyze import AggregateKind, PublicQuery, analyze
+from rewriter.analyze import AggregateKind, Analysis, PublicQuery, analyze
 from rewriter.catalog import Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
@@ -32,15 +32,26 @@ from rewriter.generate import (
     SECRET,
     SUPPORT_PREFIX,
     Functions,
+    bounds_sql,
     generate,
     output_name,
     threshold_sql,
 )
-from rewriter.plan import BUCKETS, CANDIDATES, Measurement, Plan, Statistic, plan
+from rewriter.plan import (
+    BUCKETS,
+    CANDIDATES,
+    MAGNITUDES,
+    BoundsSearch,
+    Measurement,
+    Plan,
+    Statistic,
+    bounds_search,
+    plan,
+)
 
 FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
-CAP_KEY = b"privsql.caps"
-"""Arrow metadata of a stored answer: the caps, by rule, that bounded it."""
+DECIDED_KEY = b"privsql.decided"
+"""Arrow metadata of a stored answer: the bounds and caps privately chosen for it."""
 Keys = Mapping[str, Sequence[object]]
 
 
@@ -64,6 +75,11 @@ class Explanation:
                 f"  bounding: {b['strategy']} {cap} per unit and group, "
                 f"at most {b['groups']} groups per unit"
             )
+            if b.get("bounds_estimated"):
+                lines.append(
+                    f"  bounds: estimated privately for {', '.join(b['bounds_estimated'])}, "
+                    f"ε = {b['bounds_epsilon']:g}"
+                )
             if b.get("search"):
                 lines.append(
                     f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}"
@@ -173,18 +189,17 @@ class Session:
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
             return Result(self._run_public(analysis))
-        query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta)
-        key = _answer_key(query_plan)
-        if not self._ledger.affordable(query_plan.epsilon) and not self._ledger.has_answers(key):
+        key = _answer_key(analysis, self.epsilon, self.delta)
+        epsilon = analysis.options.epsilon or self.epsilon
+        if not self._ledger.affordable(epsilon) and not self._ledger.has_answers(key):
             raise BudgetExceeded(
-                f"this query needs ε = {query_plan.epsilon:g} but only "
+                f"this query needs ε = {epsilon:g} but only "
                 f"ε = {self._ledger.remaining:g} remains; nothing was charged"
             )
-        data, table, query_plan = self._execute(query_plan)
+        data, table, query_plan = self._execute(analysis)
         stored = self._ledger.answer(key, data)
         if stored is not None:
-            caps = json.loads(stored.schema.metadata[CAP_KEY])
-            return self._result(stored, query_plan.with_caps(caps), cached=True)
+            return self._result(stored, self._replan(analysis, stored), cached=True)
         self._ledger.charge(
             to_sql(analysis.select),
             query_plan.epsilon,
@@ -199,8 +214,17 @@ class Session:
         if isinstance(analysis, PublicQuery):
             sql = analysis.select.sql(dialect="duckdb")
             return Explanation(sql, 0.0, 0.0, {}, (), None)
-        query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta)
-        resolved = query_plan.search is None
+        estimating = bounds_search(analysis, epsilon=self.epsilon)
+        if estimating is not None:  # unknown until estimated: plan with placeholder bounds
+            unknown = {to_sql(a.node): (0.0, 1.0) for a in estimating.aggregates}
+            analysis = analysis.with_bounds(unknown)
+        query_plan = plan(
+            analysis,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            spent=estimating.epsilon if estimating else 0.0,
+        )
+        resolved = query_plan.search is None and estimating is None
         measurements = {m.name: m for m in query_plan.measurements}
         aggregates = tuple(
             _mechanism(query_plan, s.aggregate.node, m, resolved or m.kind == "units")
@@ -221,6 +245,10 @@ class Session:
                 for rule in search.rules
             ),
             "search_epsilon": 0.0 if search is None else search.epsilon,
+            "bounds_estimated": [to_sql(a.node) for a in estimating.aggregates]
+            if estimating
+            else [],
+            "bounds_epsilon": estimating.epsilon if estimating else 0.0,
         }
         partition = query_plan.partition
         return Explanation(
@@ -295,18 +323,28 @@ class Session:
     def _run_public(self, query: PublicQuery) -> pa.Table:
         return self._con.sql(query.select.sql(dialect="duckdb")).to_arrow_table()
 
-    def _execute(self, query_plan: Plan) -> tuple[str, pa.Table, Plan]:
+    def _execute(self, analysis: Analysis) -> tuple[str, pa.Table, Plan]:
         """The data fingerprint, the released table and the plan as run, in one snapshot.
 
-        An AUTO threshold is chosen first, from per-cell counts only. DuckDB's messages
-        from the private part are not passed on: they could quote private values.
+        Missing bounds (BOUND AUTO) are estimated first, then AUTO thresholds are chosen,
+        each from per-unit aggregates only. DuckDB's messages from the private part are not
+        passed on: they could quote private values.
         """
-        con, analysis = self._con, query_plan.analysis
+        con = self._con
         con.execute("BEGIN TRANSACTION")
         try:
             fingerprint = con.execute(
                 fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
             ).fetchall()[0]
+            search = bounds_search(analysis, epsilon=self.epsilon)
+            spent, estimated = 0.0, {}
+            if search is not None:
+                arguments = [a.argument for a in search.aggregates]
+                summary = self._run(bounds_sql(analysis, arguments, MAGNITUDES)).fetchall()[0]
+                estimated = self._bounds(search, summary)
+                analysis = analysis.with_bounds(estimated)
+                spent = search.epsilon
+            query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta, spent=spent)
             if query_plan.search is not None:
                 summary = self._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
@@ -320,9 +358,34 @@ class Session:
             ) from None
         finally:
             con.execute("ROLLBACK")
-        caps = dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap}
-        table = table.replace_schema_metadata({CAP_KEY: json.dumps(caps)})
+        decided = {
+            "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
+            "bounds": estimated,
+            "spent": spent,
+        }
+        table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
         return repr(fingerprint), table, query_plan
+
+    def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
+        """The plan a stored answer was released under: its estimated bounds and caps."""
+        decided = json.loads(stored.schema.metadata[DECIDED_KEY])
+        analysis = analysis.with_bounds({k: tuple(v) for k, v in decided["bounds"].items()})
+        query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta, spent=decided["spent"])
+        return query_plan.with_caps(decided["caps"])
+
+    def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
+        """Each aggregate's (low, high): the magnitudes about ``rank`` units exceed, below
+        and above, by the exponential mechanism (sensitivity 1: a unit has one extreme)."""
+        epsilon = search.epsilon / (2 * len(search.aggregates))
+        width = len(MAGNITUDES)
+        found = {}
+        for i, aggregate in enumerate(search.aggregates):
+            above = [int(v) for v in summary[2 * i * width : (2 * i + 1) * width]]
+            below = [int(v) for v in summary[(2 * i + 1) * width : (2 * i + 2) * width]]
+            high = udfs.rank_threshold(MAGNITUDES, above, search.rank, epsilon, self._rng)
+            low = udfs.rank_threshold(MAGNITUDES, below, search.rank, epsilon, self._rng)
+            found[to_sql(aggregate.node)] = (-low, high)
+        return found
 
     def _run(self, statement: str) -> duckdb.DuckDBPyRelation:
         secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
@@ -391,23 +454,19 @@ def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: boo
     }
 
 
-def _answer_key(query_plan: Plan) -> str:
-    """What identifies a query for stored answers: everything the plan decided but the
-    AUTO threshold, which is itself part of the (stored) answer."""
-    measurements = [
-        (m.name, m.kind, m.bound, m.epsilon, m.step, m.weight_bits, m.value and to_sql(m.value))
-        for m in query_plan.measurements
-    ]
-    keys = [(to_sql(k.expression), k.domain and to_sql(k.domain)) for k in query_plan.analysis.keys]
+def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:
+    """What identifies a query for stored answers: the analysed query, its options and
+    bounds, its keys' domains and the session's defaults — everything its plan follows
+    from, but the privately chosen bounds and caps, which are part of the stored answer."""
+    options = analysis.options
     return Ledger.query_key(
-        to_sql(query_plan.analysis.select),
-        to_sql(query_plan.analysis.unit),
-        measurements,
-        keys,
-        repr(query_plan.bounding),
-        repr(query_plan.search),
-        repr(query_plan.partition),
-        query_plan.epsilon,
+        to_sql(analysis.select),
+        to_sql(analysis.unit),
+        [options.strategy, options.threshold, options.max_groups, options.epsilon, options.delta],
+        [(to_sql(a.node), a.bounds) for a in analysis.aggregates],
+        [(to_sql(k.expression), k.domain and to_sql(k.domain)) for k in analysis.keys],
+        epsilon,
+        delta,
     )
 
 

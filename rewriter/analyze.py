@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -56,6 +56,8 @@ class AggregateKind:
     STDDEV_POP = "stddev_pop"
 
 
+COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS)
+
 SPREADS = {
     exp.Variance: AggregateKind.VAR_SAMP,
     exp.VariancePop: AggregateKind.VAR_POP,
@@ -99,6 +101,23 @@ class Analysis:
     keys: tuple[Key, ...]
     aggregates: tuple[Aggregate, ...]
     sources: tuple[exp.Table, ...]
+
+    @property
+    def unbounded(self) -> tuple[Aggregate, ...]:
+        """Aggregates whose bounds BOUND AUTO must estimate privately."""
+        return tuple(
+            a
+            for a in self.aggregates
+            if a.argument is not None and a.bounds is None and a.kind not in COUNTS
+        )
+
+    def with_bounds(self, bounds: Mapping[str, Bounds]) -> Analysis:
+        """This analysis with estimated bounds, by aggregate text, filled in."""
+        aggregates = tuple(
+            replace(a, bounds=bounds[to_sql(a.node)]) if to_sql(a.node) in bounds else a
+            for a in self.aggregates
+        )
+        return replace(self, aggregates=aggregates)
 
 
 @dataclass(frozen=True)
@@ -172,7 +191,8 @@ def analyze(
     unit = _resolve_unit(options.unit, source, catalog)
     _refuse_shapes(select)
     key_nodes = _group_keys(select)
-    aggregates = _aggregates(select, unit, source, catalog)
+    automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
+    aggregates = _aggregates(select, unit, source, catalog, automatic)
     _refuse_raw_outputs(select, key_nodes)
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
@@ -337,7 +357,7 @@ def _is_aggregate(node: exp.Expr, catalog: Catalog) -> bool:
 
 
 def _aggregates(
-    select: exp.Select, unit: exp.Column, source: exp.Table, catalog: Catalog
+    select: exp.Select, unit: exp.Column, source: exp.Table, catalog: Catalog, automatic: bool
 ) -> tuple[Aggregate, ...]:
     found: dict[str, Aggregate] = {}
     for output in _output_expressions(select):
@@ -346,7 +366,7 @@ def _aggregates(
                 continue
             if isinstance(node.parent, exp.WithinGroup):
                 node = node.parent
-            aggregate = _classify(node, unit, source, catalog)
+            aggregate = _classify(node, unit, source, catalog, automatic)
             found.setdefault(to_sql(node), aggregate)
     for where in (
         select.args.get("where"),
@@ -363,7 +383,9 @@ def _written_name(node: exp.Expr) -> str:
     return (text or node.sql(dialect=PrivSQL).split("(", 1)[0]).upper()
 
 
-def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog) -> Aggregate:
+def _classify(
+    node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog, automatic: bool
+) -> Aggregate:
     name = _written_name(node)
     # PERCENTILE_CONT(p) WITHIN GROUP (...) holds its function: that is not nesting.
     own = node.this if isinstance(node, exp.WithinGroup) else node
@@ -378,19 +400,21 @@ def _classify(node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Cata
         return _classify_count(node, unit)
     if isinstance(node, (exp.Sum, exp.Avg)):
         kind = AggregateKind.SUM if isinstance(node, exp.Sum) else AggregateKind.AVG
-        argument, bounds = _bounded_argument(node.this, name, source, catalog)
+        argument, bounds = _bounded_argument(node.this, name, source, catalog, automatic)
         return Aggregate(node, kind, argument, bounds)
     if type(node) in SPREADS:
-        argument, bounds = _bounded_argument(node.this, name, source, catalog)
+        argument, bounds = _bounded_argument(node.this, name, source, catalog, automatic)
         return Aggregate(node, SPREADS[type(node)], argument, bounds)
     if isinstance(node, (exp.Quantile, exp.Median, exp.PercentileCont, exp.PercentileDisc)) or (
         isinstance(node, exp.WithinGroup)
     ):
-        return _classify_quantile(node, name, source, catalog)
+        return _classify_quantile(node, name, source, catalog, automatic)
     raise NonDPAggregate(f"{name} has no differentially private version")
 
 
-def _classify_quantile(node: exp.Expr, name: str, source: exp.Table, catalog: Catalog) -> Aggregate:
+def _classify_quantile(
+    node: exp.Expr, name: str, source: exp.Table, catalog: Catalog, automatic: bool
+) -> Aggregate:
     """QUANTILE(x, p), MEDIAN(x), QUANTILE_CONT(x, p), PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x).
 
     ``CLAMPED BETWEEN`` may follow x or p (it bounds x either way); without it the owner's
@@ -413,7 +437,7 @@ def _classify_quantile(node: exp.Expr, name: str, source: exp.Table, catalog: Ca
         raise InvalidOption(f"{name} needs a constant quantile between 0 and 1")
     if clamp is not None and clamp is not value:
         value = Clamped(this=value, low=clamp.args["low"], high=clamp.args["high"])
-    argument, bounds = _bounded_argument(value, name, source, catalog)
+    argument, bounds = _bounded_argument(value, name, source, catalog, automatic)
     return Aggregate(node, AggregateKind.QUANTILE, argument, bounds, p)
 
 
@@ -436,8 +460,10 @@ def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
 
 
 def _bounded_argument(
-    argument: exp.Expr, name: str, source: exp.Table, catalog: Catalog
-) -> tuple[exp.Expr, Bounds]:
+    argument: exp.Expr, name: str, source: exp.Table, catalog: Catalog, automatic: bool
+) -> tuple[exp.Expr, Bounds | None]:
+    """The aggregated expression and its bounds: CLAMPED, else the owner's, else — under
+    BOUND AUTO — None, for a private estimate; otherwise a refusal."""
     if isinstance(argument, Clamped):
         low, high = _constant(argument.args["low"]), _constant(argument.args["high"])
         if low is None or high is None:
@@ -454,7 +480,12 @@ def _bounded_argument(
         declared = {c.lower(): b for c, b in protection.bounds.items()}
         if argument.name.lower() in declared:
             return argument, declared[argument.name.lower()]
-    raise MissingBounds(f"{name} needs bounds: write {name}(x CLAMPED BETWEEN low AND high)")
+    if automatic:
+        return argument, None
+    raise MissingBounds(
+        f"{name} needs bounds: write {name}(x CLAMPED BETWEEN low AND high), "
+        "or leave BOUND AUTO to estimate them privately"
+    )
 
 
 def _constant(node: exp.Expr) -> float | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from rewriter.analyze import AggregateKind
+from rewriter.analyze import AggregateKind, Analysis
 from rewriter.dialect import to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan
 
@@ -89,7 +89,7 @@ def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
     """The stages every statement shares: rows, cells, and the groups each unit keeps."""
     return {
         "__source": _rows(
-            plan,
+            plan.analysis,
             layout.keys,
             [m.value for m in [*layout.valued, *layout.histograms]],
             [*layout.values, *layout.buckets],
@@ -135,14 +135,48 @@ def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
     )
 
 
-def _rows(plan: Plan, keys: list[str], row_values: list, values: list[str]) -> str:
-    analysis = plan.analysis
+def bounds_sql(
+    analysis: Analysis, arguments: Sequence[exp.Expr], magnitudes: Sequence[float]
+) -> str:
+    """One row: for each argument and magnitude c, how many units have a value above c,
+    then how many have one below −c (each unit counts at most once per number).
+
+    The input of a private bounds estimate: per-unit extremes, never rows.
+    """
+    values = [f"__x{i}" for i in range(len(arguments))]
+    numbers = [
+        exp.Case(
+            ifs=[exp.If(this=exp.func("isnan", _double_of(a)), true=exp.null())],
+            default=_double_of(a),
+        )
+        for a in arguments
+    ]
+    extremes = ", ".join(f"max({v}) AS __hi{i}, min({v}) AS __lo{i}" for i, v in enumerate(values))
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE __{side}{i} {op} {sign}{c!r})"
+        for i in range(len(values))
+        for side, op, sign in (("hi", ">", ""), ("lo", "<", "-"))
+        for c in magnitudes
+    )
+    source = _rows(analysis, [], numbers, values)
+    return (
+        f"WITH __source AS (\n{source}\n),\n__extremes AS (SELECT {extremes} FROM __source "
+        f"GROUP BY __unit)\nSELECT {counts} FROM __extremes"
+    )
+
+
+def _double_of(argument: exp.Expr) -> exp.Expr:
+    return exp.TryCast(this=argument.copy(), to=exp.DataType.build("DOUBLE"))
+
+
+def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[str]) -> str:
     query = analysis.select.copy()
     for arg in ("group", "having", "order", "limit", "offset"):
         query.set(arg, None)
     projection = [exp.alias_(_never_raise(analysis.unit), "__unit")]
     projection += [
-        exp.alias_(_never_raise(k.expression), n) for k, n in zip(analysis.keys, keys, strict=True)
+        exp.alias_(_never_raise(k.expression), n)
+        for k, n in zip(analysis.keys if keys else (), keys, strict=True)
     ]
     projection += [exp.alias_(_never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
     query.set("expressions", projection)

@@ -72,6 +72,12 @@ WEIGHT_BITS = 20
 AUTO_SHARE = 0.15
 """The share of a query's ε spent choosing an AUTO threshold."""
 
+BOUNDS_SHARE = 0.1
+"""The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
+
+MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
+"""Candidate bounds: 0 and the powers of two from 2**-10 to 2**40."""
+
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
 """AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
 
@@ -221,8 +227,13 @@ class Plan:
         return replace(self, bounding=bounding, search=None)
 
 
-def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
-    """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults."""
+def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0) -> Plan:
+    """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults.
+
+    ``spent`` is the part of the query's ε already used to estimate its bounds.
+    """
+    if analysis.unbounded:
+        raise ValueError("estimate the missing bounds first (bounds_search)")
     options = analysis.options
     total_epsilon = options.epsilon or epsilon
     groups = options.max_groups if analysis.keys else 1
@@ -239,7 +250,7 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
     shares = len(analysis.aggregates) + (1 if private_keys else 0)
     if shares == 0:
         raise UnsupportedQuery("the query releases nothing private: add a DP aggregate")
-    share = (total_epsilon - search_epsilon) / shares
+    share = (total_epsilon - spent - search_epsilon) / shares
     cap = None if automatic else int(options.threshold or 0)
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
@@ -269,6 +280,27 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float) -> Plan:
         delta=query_delta,
         search=search,
     )
+
+
+@dataclass(frozen=True)
+class BoundsSearch:
+    """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN), in the spirit
+    of ApproxBounds: for each aggregate, the magnitudes that about ``rank`` units exceed
+    above and below, each side with an equal part of ``epsilon``."""
+
+    aggregates: tuple[Aggregate, ...]
+    epsilon: float
+    rank: int
+
+
+def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
+    """What estimating the analysis's missing bounds takes; ``epsilon`` is the session default."""
+    if not analysis.unbounded:
+        return None
+    total = analysis.options.epsilon or epsilon
+    share = total * (1 - BOUNDS_SHARE) / max(1, len(analysis.aggregates))
+    rank = math.ceil(_public_groups(analysis) / share)
+    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE, rank)
 
 
 def _public_groups(analysis: Analysis) -> int:

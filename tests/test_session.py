@@ -170,6 +170,8 @@ def test_explain_spends_nothing_and_shows_the_plan(flights_db):
         "groups": 3,
         "search": None,
         "search_epsilon": 0.0,
+        "bounds_estimated": [],
+        "bounds_epsilon": 0.0,
     }
 
 
@@ -215,3 +217,27 @@ def test_null_values_are_skipped_like_sql(flights_db, flights_con):
         assert got[1] == pytest.approx(want[1], rel=1e-3)
         assert got[2] == pytest.approx(float(want[2]), rel=1e-3)
         assert got[3] == pytest.approx(want[3], rel=1e-3)
+
+
+def test_bound_auto_estimates_missing_bounds_privately_and_charges_for_it(flights_db, flights_con):
+    query = (
+        "SELECT origin, AVG(distance) AS d, MEDIAN(air_time) AS m FROM flights GROUP BY origin "
+        "PRIVACY_UNIT tailnum MAX_GROUPS 3 EPSILON 50 ORDER BY origin"
+    )
+    explanation = flights_db.explain(query)
+    assert explanation.bounding["bounds_estimated"] == ["AVG(distance)", "MEDIAN(air_time)"]
+    assert explanation.bounding["bounds_epsilon"] == pytest.approx(5.0)
+    result = flights_db.sql(query)
+    assert result.epsilon == 50
+    exact = flights_con.execute(
+        "SELECT origin, avg(distance), median(air_time) FROM flights "
+        "WHERE tailnum IS NOT NULL GROUP BY origin ORDER BY origin"
+    ).fetchall()
+    for got, want in zip(result.fetchall(), exact, strict=True):
+        assert got[1] == pytest.approx(want[1], rel=0.1)
+        assert got[2] == pytest.approx(want[2], rel=0.1)
+    again = flights_db.sql(query)
+    assert again.cached and again.fetchall() == result.fetchall()
+    # Without AUTO, missing bounds are refused.
+    with pytest.raises(privsql.MissingBounds):
+        flights_db.sql(query.replace("MAX_GROUPS 3", "BOUND ROWS 5 MAX_GROUPS 3"))
