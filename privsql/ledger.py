@@ -67,6 +67,7 @@ class Ledger:
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, budget: float | None) -> None:
         self._con = connection
+        self._secret: int | None = None
         self._create(budget)
 
     def _create(self, budget: float | None) -> None:
@@ -128,8 +129,11 @@ class Ledger:
 
     @property
     def secret(self) -> int:
-        """The database's hashing secret: which rows and groups a unit keeps."""
-        return self._budget_row()[3]
+        """The database's hashing secret: which rows and groups a unit keeps (fixed at
+        creation, so read once)."""
+        if self._secret is None:
+            self._secret = self._budget_row()[3]
+        return self._secret
 
     @property
     def history(self) -> list[Charge]:
