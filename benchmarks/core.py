@@ -129,21 +129,27 @@ cells; only the cells of units over the cap are ranked (same keyed hash as privs
 
 
 def candidates(generated: str, shape: str) -> dict[str, str]:
-    """privsql's generated SQL with one change each (see README, "Candidates")."""
+    """privsql's generated SQL with one change each (see README, "Candidates").
+
+    Changes the generator already makes are left out; when privsql already skips the
+    group cap, the other candidates are applied to its SQL as it is.
+    """
     out: dict[str, str] = {}
     skip = replace_cte(generated, "__chosen", "SELECT * FROM __cells")
     over = replace_cte(generated, "__chosen", CHOSEN_OVER_ONLY)
-    if skip:
+    base, prefix = generated, "cand: "
+    if skip and skip != generated:
         out["cand: no group-cap step (|keys| <= MAX_GROUPS)"] = skip
-    if over:
+        base, prefix = skip, "cand: no group cap + "
+    if over and over != generated:
         out["cand: group cap only for units over it"] = over
-    if shape == "sum" and skip and "__source AS (" in skip:
-        out["cand: no group cap + __source NOT MATERIALIZED"] = skip.replace(
+    if shape == "sum" and "__source AS (" in base:
+        out[prefix + "__source NOT MATERIALIZED"] = base.replace(
             "__source AS (", "__source AS NOT MATERIALIZED (", 1
         )
     semi = "SELECT r.* FROM __source AS r JOIN ("
-    if shape == "sum" and skip and semi in skip:
-        out["cand: no group cap + SEMI JOIN for the re-read"] = skip.replace(
+    if shape == "sum" and semi in base:
+        out[prefix + "SEMI JOIN for the re-read"] = base.replace(
             semi, "SELECT r.* FROM __source AS r SEMI JOIN (", 1
         )
     return out

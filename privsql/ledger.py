@@ -84,7 +84,7 @@ class Ledger:
         )
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.answers (query VARCHAR, data VARCHAR, "
-            "answer BLOB, PRIMARY KEY (query, data))"
+            "answer BLOB)"
         )
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.sources (name VARCHAR PRIMARY KEY, "
@@ -182,7 +182,7 @@ class Ledger:
             )
             if answer is not None:
                 con.execute(
-                    f"INSERT OR REPLACE INTO {SCHEMA}.answers VALUES (?, ?, ?)",
+                    f"INSERT INTO {SCHEMA}.answers VALUES (?, ?, ?)",
                     [answer.query, answer.data, _ipc(answer.table)],
                 )
             con.execute("COMMIT")
@@ -205,7 +205,8 @@ class Ledger:
 
     def answer(self, query: str, data: str) -> pa.Table | None:
         rows = self._con.execute(
-            f"SELECT answer FROM {SCHEMA}.answers WHERE query = ? AND data = ?", [query, data]
+            f"SELECT answer FROM {SCHEMA}.answers WHERE query = ? AND data = ? LIMIT 1",
+            [query, data],
         ).fetchall()
         if not rows:
             return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -348,7 +349,9 @@ class Session:
             if query_plan.search is not None:
                 summary = self._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
-            table = self._run(generate(query_plan, FUNCTIONS)).to_arrow_table()
+            with warnings.catch_warnings():  # the extra copy is of the few released rows
+                warnings.simplefilter("ignore", UserWarning)
+                table = self._run(generate(query_plan, FUNCTIONS)).to_arrow_table()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
             raise  # decided from the SQL and the schema alone: safe to show
         except duckdb.Error as error:
@@ -387,9 +390,10 @@ class Session:
             found[to_sql(aggregate.node)] = (-low, high)
         return found
 
-    def _run(self, statement: str) -> duckdb.DuckDBPyRelation:
+    def _run(self, statement: str) -> duckdb.DuckDBPyConnection:
+        """Execute once (a relation would bind the statement twice)."""
         secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
-        return self._con.sql(statement, params=secret)
+        return self._con.execute(statement, secret)
 
     def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
         """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
@@ -406,7 +410,14 @@ class Session:
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
             caps[rule] = udfs.variance_threshold(
-                CANDIDATES, units, exceedances, search.half_range, centred, epsilon, self._rng
+                CANDIDATES,
+                units,
+                exceedances,
+                search.half_range,
+                centred,
+                epsilon,
+                self._rng,
+                search.noise_factor,
             )
         return caps
 

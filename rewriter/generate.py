@@ -219,12 +219,19 @@ def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
 
 
 def _chosen(plan: Plan, keys: list[str]) -> str:
+    """At most MAX_GROUPS cells per unit: units touching no more keep all theirs; only the
+    cells of units over the cap are ranked, by keyed hash of (unit, key)."""
     if not plan.groups_may_exceed_cap:
         return "SELECT * FROM __cells"
-    order = f"hash({SECRET}, __unit, {_list(keys)}), {_list(keys)}"
+    cap = plan.bounding.groups
+    order = f"hash({SECRET}, c.__unit, {_list(keys, 'c.')}), {_list(keys, 'c.')}"
     return (
-        "SELECT * FROM __cells QUALIFY row_number() OVER "
-        f"(PARTITION BY __unit ORDER BY {order}) <= {plan.bounding.groups}"
+        "SELECT c.* FROM __cells AS c JOIN (SELECT __unit, count(*) AS __groups FROM __cells "
+        f"GROUP BY __unit) AS u ON c.__unit = u.__unit WHERE u.__groups <= {cap}\n"
+        "UNION ALL\n"
+        "SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit FROM __cells GROUP BY __unit "
+        f"HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
+        f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {order}) <= {cap}"
     )
 
 

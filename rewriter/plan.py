@@ -166,6 +166,8 @@ class ThresholdSearch:
     epsilon: float
     rank: int
     half_range: float
+    noise_factor: int = 1
+    """For v(h): G·m², G released groups and m MAX_GROUPS (see udfs.variance_threshold)."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,9 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
         half_range = max(
             (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
         )
-        search = ThresholdSearch(rules or ("rank",), search_epsilon, rank, half_range)
+        search = ThresholdSearch(
+            rules or ("rank",), search_epsilon, rank, half_range, released * groups * groups
+        )
     query_delta = (options.delta or delta) if private_keys else 0.0
     return Plan(
         analysis=analysis,

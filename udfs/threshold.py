@@ -9,6 +9,7 @@ sensitivity both rules use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -56,6 +57,7 @@ def variance_threshold(
     measure_epsilon: float,
     epsilon: float,
     rng: RandomSource,
+    noise_factor: int = 1,
 ) -> int:
     """The weight threshold h minimising EMMMR20's v(h) (Claim 1) on a noisy histogram.
 
@@ -63,14 +65,21 @@ def variance_threshold(
     the weighted average with per-unit weight min(h, s_q): sampling spread plus Laplace
     noise of scale h·B/ε on the weighted sum. The sizes s_q are private, so v is
     evaluated on a Laplace-noised histogram of the units' largest cell sizes (each bucket
-    at its upper end); σ² is taken as B²/3, the variance of a uniform value on [−B, B].
+    at its upper end, counts below the noise's reach taken as 0); σ² is taken as B²/3, the
+    variance of a uniform value on [−B, B]. ``noise_factor`` = G·m² carries the query's
+    shape over to one group's mean: G released groups share the units, and one unit's
+    weight reaches m of them, so each group's noise is m·h·B/ε on a count of about n_h/G.
 
     Privacy map: ε-DP (Laplace on a histogram of L1 sensitivity 1); the minimisation is
     post-processing.
     """
     counts = laplace_release(size_histogram(units, exceedances), 1, epsilon, rng)
     sizes = [*candidates, candidates[-1] * 2]
-    buckets = [(s, max(n, 0)) for s, n in zip(sizes, counts, strict=True)]
+    # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
+    # count is taken as empty, so noise in the many empty buckets of large sizes does not
+    # invent heavy units.
+    floor = math.log(len(sizes) / 0.05) / epsilon
+    buckets = [(s, n if n > floor else 0) for s, n in zip(sizes, counts, strict=True)]
     spread = half_range**2 / 3
 
     def variance(h: int) -> float:
@@ -78,6 +87,7 @@ def variance_threshold(
         if kept <= 0:
             return float("inf")
         sampling = sum(n * min(h, s) ** 2 / s for s, n in buckets)
-        return (spread * sampling + 2 * (h * half_range / measure_epsilon) ** 2) / kept**2
+        noise = 2 * noise_factor * (h * half_range / measure_epsilon) ** 2
+        return (spread * sampling + noise) / kept**2
 
     return min(candidates, key=variance)

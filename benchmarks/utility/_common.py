@@ -6,8 +6,10 @@ so that runs are reproducible, which must never be done when releasing data.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,9 @@ import privsql  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "utility" / "results"
 DOCS = ROOT / "docs"
 EPSILONS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+QUICK = False
+"""Set by :func:`header`: ``--quick`` runs write to results/quick/, never over the full
+run's CSVs and figures."""
 
 
 def auto_share() -> float | None:
@@ -78,11 +83,29 @@ class Runner:
         return result
 
 
-def chosen_cap(result) -> int | None:
-    """The cap an AUTO threshold search chose (privsql keeps it in the Arrow metadata)."""
+def chosen_caps(result) -> dict[str, int]:
+    """The caps an AUTO threshold search chose, by rule (``rank``: AKMV19's rank rule;
+    ``variance``: EMMMR20's v(h) for AVG under WEIGHTS AUTO). privsql keeps them in the
+    answer's Arrow metadata; older versions kept one cap under ``privsql.cap``."""
     metadata = result.arrow().schema.metadata or {}
+    if b"privsql.decided" in metadata:
+        caps = json.loads(metadata[b"privsql.decided"]).get("caps") or {}
+        return {rule: int(cap) for rule, cap in caps.items() if cap is not None}
+    if b"privsql.caps" in metadata:
+        caps = json.loads(metadata[b"privsql.caps"])
+        return {rule: int(cap) for rule, cap in caps.items() if cap is not None}
     value = metadata.get(b"privsql.cap")
-    return None if value in (None, b"None") else int(value)
+    return {} if value in (None, b"None") else {"rank": int(value)}
+
+
+def chosen_cap(result, rule: str | None = None) -> int | None:
+    """The one cap that bounded the answer (or the cap of ``rule`` if there are several)."""
+    caps = chosen_caps(result)
+    if rule is not None:
+        return caps.get(rule)
+    if len(caps) > 1:
+        raise ValueError(f"several caps were chosen ({caps}); name the rule")
+    return next(iter(caps.values()), None)
 
 
 def candidates() -> list[int]:
@@ -133,8 +156,9 @@ def heavy_tailed_table(
 
 
 def write_csv(frame: pd.DataFrame, name: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+    folder = RESULTS / "quick" if QUICK else RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     frame.to_csv(path, index=False, float_format="%.6g")
     return path
 
@@ -155,6 +179,14 @@ def markdown(frame: pd.DataFrame, floatfmt: str = ".3g") -> str:
     return "\n".join([header, rule, *body])
 
 
+def figure(name: str) -> Path:
+    """Where a figure goes: docs/ for a full run, results/quick/ for ``--quick``."""
+    if QUICK:
+        (RESULTS / "quick").mkdir(parents=True, exist_ok=True)
+        return RESULTS / "quick" / name
+    return DOCS / name
+
+
 def pyplot():
     import matplotlib
 
@@ -165,10 +197,37 @@ def pyplot():
     return plt
 
 
+def revision() -> str:
+    """The git commit of the imported privsql, with ``+changes`` if its tree is dirty
+    (or the contents of a ``REVISION`` file next to it, for a ``git archive`` snapshot)."""
+    where = Path(privsql.__file__).resolve().parents[1]
+    if (where / "REVISION").exists():
+        return (where / "REVISION").read_text().strip() + " (snapshot)"
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--", "privsql", "rewriter", "udfs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return head + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def header(title: str, quick: bool) -> None:
+    global QUICK
+    QUICK = quick
     share = auto_share()
     print(f"# {title}{' (--quick)' if quick else ''}")
     print(
-        f"privsql from {Path(privsql.__file__).resolve().parent}, duckdb {duckdb.__version__}, "
-        f"AUTO search share of ε = {share}, load average {os.getloadavg()[0]:.2f}"
+        f"privsql from {Path(privsql.__file__).resolve().parent} at {revision()}, duckdb "
+        f"{duckdb.__version__}, AUTO search share of ε = {share}, load average "
+        f"{os.getloadavg()[0]:.2f}"
     )

@@ -32,10 +32,9 @@ import argparse
 import math
 import time
 
+import _common as c
 import numpy as np
 import pandas as pd
-
-import _common as c
 
 SQRT3 = math.sqrt(3.0)
 
@@ -107,17 +106,19 @@ def example2_table(gs) -> pd.DataFrame:
         inst = example2(g)
         wa, h = inst.best_weighted()
         sl, k = inst.best_limiting()
-        rows.append({
-            "g": g,
-            "best_weighted_v": wa,
-            "best_h": h,
-            "paper_upper_weighted": (2 * g + 1) / (4 * g * g),
-            "best_limiting_v": sl,
-            "best_k": k,
-            "paper_lower_limiting": 3 / (4 * g),
-            "ratio": sl / wa,
-            "paper_ratio_bound": 3 * g / (2 * g + 1),
-        })
+        rows.append(
+            {
+                "g": g,
+                "best_weighted_v": wa,
+                "best_h": h,
+                "paper_upper_weighted": (2 * g + 1) / (4 * g * g),
+                "best_limiting_v": sl,
+                "best_k": k,
+                "paper_lower_limiting": 3 / (4 * g),
+                "ratio": sl / wa,
+                "paper_ratio_bound": 3 * g / (2 * g + 1),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -142,9 +143,19 @@ def random_instances(count: int, rng: np.random.Generator) -> pd.DataFrame:
         inst = Instance(sizes, 1.0, lam)
         wa, h = inst.best_weighted()
         sl, k = inst.best_limiting()
-        rows.append({"family": family, "users": m, "max_size": int(inst.s[-1]),
-                     "lambda": lam, "best_h": h, "best_k": k,
-                     "best_weighted_v": wa, "best_limiting_v": sl, "ratio": sl / wa})
+        rows.append(
+            {
+                "family": family,
+                "users": m,
+                "max_size": int(inst.s[-1]),
+                "lambda": lam,
+                "best_h": h,
+                "best_k": k,
+                "best_weighted_v": wa,
+                "best_limiting_v": sl,
+                "ratio": sl / wa,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -160,8 +171,9 @@ def two_point_scan(quick: bool) -> pd.DataFrame:
                 inst = Instance(sizes, 1.0, lam)
                 wa, _ = inst.best_weighted()
                 sl, _ = inst.best_limiting()
-                rows.append({"g": g, "small_fraction": small / 200, "lambda": lam,
-                             "ratio": sl / wa})
+                rows.append(
+                    {"g": g, "small_fraction": small / 200, "lambda": lam, "ratio": sl / wa}
+                )
     return pd.DataFrame(rows)
 
 
@@ -180,7 +192,7 @@ def simulate(g: int, replicates: int, batches: int, grid: list[int], seed: int) 
     db = None
     runner = None
     errors: dict[tuple[str, int], list[np.ndarray]] = {}
-    for batch in range(batches):
+    for _batch in range(batches):
         per_copy = np.repeat(np.arange(2 * g), sizes)
         copy = np.repeat(np.arange(replicates), len(per_copy))
         uid = copy * (2 * g) + np.tile(per_copy, replicates)
@@ -208,12 +220,22 @@ def simulate(g: int, replicates: int, batches: int, grid: list[int], seed: int) 
         e = np.concatenate(parts)
         squared = e**2
         analytic = inst.v_limit(h) if strategy == "ROWS" else inst.v(h)
-        rows.append({"g": g, "strategy": strategy, "threshold": h, "draws": len(e),
-                     "epsilon": eps, "mse": squared.mean(),
-                     "mse_stderr": squared.std(ddof=1) / math.sqrt(len(e)),
-                     "analytic_variance": float(analytic)})
-    print(f"  simulation: g = {g}, {replicates} copies × {batches} batches, ε = {eps:.4g}, "
-          f"{runner.count} queries, {runner.seconds:.1f} s in db.sql")
+        rows.append(
+            {
+                "g": g,
+                "strategy": strategy,
+                "threshold": h,
+                "draws": len(e),
+                "epsilon": eps,
+                "mse": squared.mean(),
+                "mse_stderr": squared.std(ddof=1) / math.sqrt(len(e)),
+                "analytic_variance": float(analytic),
+            }
+        )
+    print(
+        f"  simulation: g = {g}, {replicates} copies × {batches} batches, ε = {eps:.4g}, "
+        f"{runner.count} queries, {runner.seconds:.1f} s in db.sql"
+    )
     return pd.DataFrame(rows)
 
 
@@ -228,19 +250,32 @@ def simulated_ratio(sim: pd.DataFrame) -> tuple[float, float, float]:
     return float(ratio), float(error), float(grid)
 
 
-def plot(example: pd.DataFrame, sim: pd.DataFrame, random: pd.DataFrame, scan: pd.DataFrame,
-         path) -> None:
+def plot(
+    example: pd.DataFrame, sim: pd.DataFrame, random: pd.DataFrame, scan: pd.DataFrame, path
+) -> None:
     plt = c.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]
     ax.plot(example.g, example.ratio, "o-", ms=3, label="best v′ / best v (formulas)")
-    ax.plot(example.g, example.paper_ratio_bound, "--", color="C1",
-            label="paper's bound ratio 3g/(2g+1)")
+    ax.plot(
+        example.g,
+        example.paper_ratio_bound,
+        "--",
+        color="C1",
+        label="paper's bound ratio 3g/(2g+1)",
+    )
     ax.axhline(1.5, color="k", lw=0.8, ls=":", label="3/2")
     g = int(sim.g.iloc[0])
     ratio, error, grid_ratio = simulated_ratio(sim)
-    ax.errorbar([g], [ratio], yerr=[error], fmt="r*", ms=11, capsize=3,
-                label=f"privsql, g = {g}, at k = h = 1 (±1 s.e.)")
+    ax.errorbar(
+        [g],
+        [ratio],
+        yerr=[error],
+        fmt="r*",
+        ms=11,
+        capsize=3,
+        label=f"privsql, g = {g}, at k = h = 1 (±1 s.e.)",
+    )
     ax.plot([g], [grid_ratio], "kx", ms=8, label=f"privsql, g = {g}, best of grid each")
     ax.set_xscale("log")
     ax.set_xlabel("g (Example 2: g users × 1 row, g users × g rows)")
@@ -250,16 +285,31 @@ def plot(example: pd.DataFrame, sim: pd.DataFrame, random: pd.DataFrame, scan: p
     ax.legend(fontsize=8, loc="lower right")
 
     ax = axes[1]
-    for strategy, color, label in (("ROWS", "C1", "sample limiting (BOUND ROWS k)"),
-                                   ("WEIGHTS", "C0", "weighted averaging (BOUND WEIGHTS h)")):
+    for strategy, color, label in (
+        ("ROWS", "C1", "sample limiting (BOUND ROWS k)"),
+        ("WEIGHTS", "C0", "weighted averaging (BOUND WEIGHTS h)"),
+    ):
         part = sim[sim.strategy == strategy].sort_values("threshold")
-        ax.errorbar(part.threshold, part.mse, yerr=part.mse_stderr, fmt="o", color=color,
-                    capsize=2, label=f"{label}: privsql MSE")
+        ax.errorbar(
+            part.threshold,
+            part.mse,
+            yerr=part.mse_stderr,
+            fmt="o",
+            color=color,
+            capsize=2,
+            label=f"{label}: privsql MSE",
+        )
         hs = np.arange(1, g + 1) if strategy == "ROWS" else np.geomspace(1, g, 200)
         inst = example2(g)
         curve = inst.v_limit(hs) if strategy == "ROWS" else inst.v(hs)
-        ax.plot(hs, curve, "-", color=color, lw=1, label="formula " +
-                ("v′(k)" if strategy == "ROWS" else "v(h)"))
+        ax.plot(
+            hs,
+            curve,
+            "-",
+            color=color,
+            lw=1,
+            label="formula " + ("v′(k)" if strategy == "ROWS" else "v(h)"),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ticks = sorted(sim.threshold.unique())
@@ -273,16 +323,27 @@ def plot(example: pd.DataFrame, sim: pd.DataFrame, random: pd.DataFrame, scan: p
     ax = axes[2]
     bins = np.linspace(1, max(4.2, random.ratio.max() + 0.1), 64)
     families = list(random.groupby("family"))
-    ax.hist([part.ratio for _, part in families], bins=bins, histtype="barstacked",
-            label=[f"{family} ({len(part)})" for family, part in families])
+    ax.hist(
+        [part.ratio for _, part in families],
+        bins=bins,
+        histtype="barstacked",
+        label=[f"{family} ({len(part)})" for family, part in families],
+    )
     ax.axvline(4, color="r", lw=1.2, label="Theorem 3 bound: 4")
-    ax.axvline(scan.ratio.max(), color="k", lw=1, ls="--",
-               label=f"two-point scan max: {scan.ratio.max():.3f}")
+    ax.axvline(
+        scan.ratio.max(),
+        color="k",
+        lw=1,
+        ls="--",
+        label=f"two-point scan max: {scan.ratio.max():.3f}",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("best v′ / best v on one instance")
     ax.set_ylabel("instances")
-    ax.set_title(f"(ii) Theorem 3 on {len(random)} random instances (max "
-                 f"{random.ratio.max():.3f})", fontsize=10)
+    ax.set_title(
+        f"(ii) Theorem 3 on {len(random)} random instances (max {random.ratio.max():.3f})",
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     fig.suptitle("EMMMR20: sample limiting vs weighted averaging for a private mean", fontsize=11)
     fig.tight_layout()
@@ -316,27 +377,34 @@ def main() -> None:
     best_weights = sim[sim.strategy == "WEIGHTS"].nsmallest(1, "mse").iloc[0]
     formula = example[example.g == g].iloc[0]
     ratio, error, grid_ratio = simulated_ratio(sim)
-    print(f"best of grid: ROWS k = {int(best_rows.threshold)} (MSE {best_rows.mse:.4g}), WEIGHTS "
-          f"h = {int(best_weights.threshold)} (MSE {best_weights.mse:.4g}), ratio "
-          f"{grid_ratio:.3f}; at k = h = 1 (the formulas' best): ratio {ratio:.3f} ± {error:.3f}; "
-          f"formulas: {formula.ratio:.3f}")
+    print(
+        f"best of grid: ROWS k = {int(best_rows.threshold)} (MSE {best_rows.mse:.4g}), WEIGHTS "
+        f"h = {int(best_weights.threshold)} (MSE {best_weights.mse:.4g}), ratio "
+        f"{grid_ratio:.3f}; at k = h = 1 (the formulas' best): ratio {ratio:.3f} ± {error:.3f}; "
+        f"formulas: {formula.ratio:.3f}"
+    )
 
     random = random_instances(300 if args.quick else 2000, rng)
     scan = two_point_scan(args.quick)
     c.write_csv(random, "emmmr_theorem3_random.csv")
-    c.write_csv(scan, "emmmr_theorem3_two_point.csv")
+    worst = scan.loc[scan.groupby(["g", "small_fraction"]).ratio.idxmax()]
+    c.write_csv(worst, "emmmr_theorem3_two_point.csv")  # the worst λ per (g, fraction)
     print(f"\n(ii) Theorem 3: best v′ / best v on {len(random)} random instances")
     stats = random.groupby("family").ratio.describe(percentiles=[0.5, 0.9, 0.99])
     stats.loc["all"] = random.ratio.describe(percentiles=[0.5, 0.9, 0.99])
     stats = stats.reset_index().rename(columns={"index": "family"})
     print(c.markdown(stats, ".4g"))
     top = scan.nlargest(1, "ratio").iloc[0]
-    print(f"two-point scan ({len(scan)} instances): max ratio {top.ratio:.4f} at g = "
-          f"{int(top.g)}, fraction with 1 row {top.small_fraction:.2f}, λ = {top['lambda']:.3g}")
+    print(
+        f"two-point scan ({len(scan)} instances): max ratio {top.ratio:.4f} at g = "
+        f"{int(top.g)}, fraction with 1 row {top.small_fraction:.2f}, λ = {top['lambda']:.3g}"
+    )
     verdict = "holds" if max(random.ratio.max(), scan.ratio.max()) <= 4 else "VIOLATED"
-    print(f"Theorem 3 (ratio ≤ 4): {verdict}; largest ratio seen "
-          f"{max(random.ratio.max(), scan.ratio.max()):.4f}")
-    plot(example, sim, random, scan, c.DOCS / "utility-emmmr.png")
+    print(
+        f"Theorem 3 (ratio ≤ 4): {verdict}; largest ratio seen "
+        f"{max(random.ratio.max(), scan.ratio.max()):.4f}"
+    )
+    plot(example, sim, random, scan, c.figure("utility-emmmr.png"))
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

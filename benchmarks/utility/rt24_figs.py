@@ -39,15 +39,17 @@ import argparse
 import math
 import time
 
+import _common as c
 import numpy as np
 import pandas as pd
 
-import _common as c
-
 U = 65.0
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
-AUTO_METHODS = {"BOUND CLIP": "BOUND CLIP", "BOUND ROWS AUTO": "BOUND ROWS AUTO",
-                "BOUND AUTO": "BOUND AUTO"}
+AUTO_METHODS = {
+    "BOUND CLIP": "BOUND CLIP",
+    "BOUND ROWS AUTO": "BOUND ROWS AUTO",
+    "BOUND AUTO": "BOUND AUTO",
+}
 
 
 def geometric_sizes(m: int = 6) -> np.ndarray:
@@ -91,8 +93,9 @@ def run_collection(con, spec: dict, copies: int, reps: int, seed: int) -> tuple[
     auto = c.Runner(db)
     fixed = c.Runner(db, keys={"d": list(range(copies))})
     largest = int(sizes.max())
-    grid = sorted({k for k in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if k <= largest}
-                  | {largest})
+    grid = sorted(
+        {k for k in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if k <= largest} | {largest}
+    )
     avg = f"AVG(x CLAMPED BETWEEN 0 AND {U:g})"
     rows, caps = [], []
     for eps in EPSILONS:
@@ -101,39 +104,62 @@ def run_collection(con, spec: dict, copies: int, reps: int, seed: int) -> tuple[
             for i in range(reps):
                 result = auto.run(
                     f"SELECT {avg} AS a FROM {name} WHERE d = {i} PRIVACY_UNIT uid {bound} "
-                    f"EPSILON {{eps}}", eps)
+                    f"EPSILON {{eps}}",
+                    eps,
+                )
                 errors.append(abs(result.fetchall()[0][0] - truth[i]))
                 chosen.append(c.chosen_cap(result))
             rows.append(_row(spec, eps, method, None, errors))
-            caps.append({"collection": spec["short"], "epsilon": eps, "method": method,
-                         "cap_median": float(np.median(chosen)),
-                         "cap_p10": float(np.quantile(chosen, 0.1)),
-                         "cap_p90": float(np.quantile(chosen, 0.9))})
+            caps.append(
+                {
+                    "collection": spec["short"],
+                    "epsilon": eps,
+                    "method": method,
+                    "cap_median": float(np.median(chosen)),
+                    "cap_p10": float(np.quantile(chosen, 0.1)),
+                    "cap_p90": float(np.quantile(chosen, 0.9)),
+                }
+            )
         measured = {}
         for k in grid:
             result = fixed.run(
                 f"SELECT d, {avg} AS a FROM {name} GROUP BY d PRIVACY_UNIT uid BOUND ROWS {k} "
-                f"MAX_GROUPS 1 EPSILON {{eps}}", eps)
+                f"MAX_GROUPS 1 EPSILON {{eps}}",
+                eps,
+            )
             estimates = result.df().sort_values("d")["a"].to_numpy()
             measured[k] = np.abs(estimates - truth)
             rows.append(_row(spec, eps, f"ROWS {k}", k, measured[k]))
         best = min(grid, key=lambda k: measured[k].mean())
         rows.append(_row(spec, eps, "best fixed ROWS k", best, measured[best]))
         rows.append(_row(spec, eps, "plain Laplace (ROWS m*)", largest, measured[largest]))
-    print(f"  {spec['name']}: {auto.count} one-copy queries ({auto.seconds:.1f} s), "
-          f"{fixed.count} all-copies queries ({fixed.seconds:.1f} s)")
+    print(
+        f"  {spec['name']}: {auto.count} one-copy queries ({auto.seconds:.1f} s), "
+        f"{fixed.count} all-copies queries ({fixed.seconds:.1f} s)"
+    )
     return pd.DataFrame(rows), pd.DataFrame(caps)
 
 
 def _row(spec, eps, method, cap, errors) -> dict:
     errors = np.asarray(errors, dtype=float)
-    return {"collection": spec["short"], "epsilon": eps, "method": method, "cap": cap,
-            "reps": len(errors), "mae": errors.mean(),
-            "stderr": errors.std(ddof=1) / math.sqrt(len(errors))}
+    return {
+        "collection": spec["short"],
+        "epsilon": eps,
+        "method": method,
+        "cap": cap,
+        "reps": len(errors),
+        "mae": errors.mean(),
+        "stderr": errors.std(ddof=1) / math.sqrt(len(errors)),
+    }
 
 
-SHOWN = ("BOUND CLIP", "BOUND ROWS AUTO", "BOUND AUTO", "best fixed ROWS k",
-         "plain Laplace (ROWS m*)")
+SHOWN = (
+    "BOUND CLIP",
+    "BOUND ROWS AUTO",
+    "BOUND AUTO",
+    "best fixed ROWS k",
+    "plain Laplace (ROWS m*)",
+)
 
 
 def summary(results: pd.DataFrame) -> pd.DataFrame:
@@ -171,8 +197,9 @@ def plot(results: pd.DataFrame, specs: list[dict], path) -> None:
                 label = "hindsight-best fixed ROWS k (per ε)"
             if method == "BOUND AUTO":
                 label = "BOUND AUTO (weights, v(h) rule)"
-            ax.errorbar(m.epsilon, m.mae, yerr=m.stderr, label=label, capsize=2, ms=5,
-                        **styles[method])
+            ax.errorbar(
+                m.epsilon, m.mae, yerr=m.stderr, label=label, capsize=2, ms=5, **styles[method]
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(list(EPSILONS))
@@ -190,23 +217,35 @@ def plot(results: pd.DataFrame, specs: list[dict], path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--reps", type=int, default=None,
-                        help="repetitions of AUTO/CLIP queries (default 60; 15 quick)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="repetitions of AUTO/CLIP queries (default 40; 12 quick)",
+    )
     parser.add_argument("--seed", type=int, default=2024)
     args = parser.parse_args()
-    reps = args.reps or (15 if args.quick else 60)
+    reps = args.reps or (12 if args.quick else 40)
     copies = 100 if args.quick else 400
     copies = max(copies, reps)
     c.header("RT24 Figs. 2-3 set-ups: private mean", args.quick)
     start = time.perf_counter()
     con = c.connection()
     specs = [
-        {"short": "geometric", "table": "geometric", "sizes": geometric_sizes(),
-         "samples": "uniform",
-         "name": "geometric collection (127 users, 448 samples), Unif((0, 65])"},
-        {"short": "extreme", "table": "extreme", "sizes": extreme_sizes(),
-         "samples": "gaussian",
-         "name": "extreme-valued collection (100 × 1 + 1 × 10), projected N(32.5, 16.25)"},
+        {
+            "short": "geometric",
+            "table": "geometric",
+            "sizes": geometric_sizes(),
+            "samples": "uniform",
+            "name": "geometric collection (127 users, 448 samples), Unif((0, 65])",
+        },
+        {
+            "short": "extreme",
+            "table": "extreme",
+            "sizes": extreme_sizes(),
+            "samples": "gaussian",
+            "name": "extreme-valued collection (100 × 1 + 1 × 10), projected N(32.5, 16.25)",
+        },
     ]
     frames = [run_collection(con, s, copies, reps, args.seed + i) for i, s in enumerate(specs)]
     results = pd.concat([f[0] for f in frames], ignore_index=True)
@@ -215,15 +254,26 @@ def main() -> None:
     c.write_csv(caps, "rt24_figs_caps.csv")
     table = summary(results)
     c.write_csv(table, "rt24_figs_summary.csv")
-    plot(results, specs, c.DOCS / "utility-rt24.png")
-    print(f"\nmean absolute error of AVG ({reps} datasets per AUTO/CLIP point, {copies} per "
-          "fixed cap)")
+    plot(results, specs, c.figure("utility-rt24.png"))
+    print(
+        f"\nmean absolute error of AVG ({reps} datasets per AUTO/CLIP point, {copies} per "
+        "fixed cap)"
+    )
     print(c.markdown(table))
     print("\ncaps chosen privately (rows; for CLIP, n with T = U·n): median [10%, 90%]")
-    view = caps.assign(chosen=[f"{a:g} [{b:g}, {d:g}]" for a, b, d in
-                               zip(caps.cap_median, caps.cap_p10, caps.cap_p90, strict=True)])
-    print(c.markdown(view.pivot(index=["collection", "epsilon"], columns="method",
-                                values="chosen").reset_index()))
+    view = caps.assign(
+        chosen=[
+            f"{a:g} [{b:g}, {d:g}]"
+            for a, b, d in zip(caps.cap_median, caps.cap_p10, caps.cap_p90, strict=True)
+        ]
+    )
+    print(
+        c.markdown(
+            view.pivot(
+                index=["collection", "epsilon"], columns="method", values="chosen"
+            ).reset_index()
+        )
+    )
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

@@ -17,13 +17,22 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("akmv_fig1", "emmmr_example2", "rt24_figs", "weights_vs_rows", "timing")
+SCRIPTS = (
+    "akmv_fig1",
+    "emmmr_example2",
+    "rt24_figs",
+    "weights_vs_rows",
+    "threshold_whatif",
+    "timing",
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs (about 2-3 minutes)")
-    parser.add_argument("--only", default="", help="comma-separated subset of " + ", ".join(SCRIPTS))
+    parser.add_argument(
+        "--only", default="", help="comma-separated subset of " + ", ".join(SCRIPTS)
+    )
     args = parser.parse_args()
     chosen = [s for s in SCRIPTS if not args.only or s in args.only.split(",")]
     env = dict(os.environ)
@@ -39,8 +48,10 @@ def main() -> None:
         print(f"--> {script}: exit {code}, {time.perf_counter() - start:.0f} s", flush=True)
         if code:
             failed.append(script)
-    print(f"\nall done in {time.perf_counter() - total:.0f} s"
-          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(
+        f"\nall done in {time.perf_counter() - total:.0f} s"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
     sys.exit(1 if failed else 0)
 
 

@@ -26,9 +26,9 @@ import argparse
 import os
 import time
 
+import _common as c
 import pandas as pd
 
-import _common as c
 from benchmarks.data import GROUPS, make_table
 
 TARGET = 1.5
@@ -39,17 +39,26 @@ def queries(k_rows_auto: dict[str, int]) -> dict[tuple[str, str], str]:
         "avg": "SELECT g, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a",
         "sum": "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s",
     }
-    bounds = ["BOUND ROWS 10", "BOUND WEIGHTS 10", "BOUND AUTO", "BOUND ROWS AUTO",
-              "BOUND WEIGHTS AUTO", "BOUND CLIP"]
+    bounds = [
+        "BOUND ROWS 10",
+        "BOUND WEIGHTS 10",
+        "BOUND AUTO",
+        "BOUND ROWS AUTO",
+        "BOUND WEIGHTS AUTO",
+        "BOUND CLIP",
+    ]
     out = {}
     for shape, head in shapes.items():
-        same = (f"BOUND ROWS {k_rows_auto[shape]}", f"BOUND ROWS {k_rows_auto[shape]} "
-                "(= ROWS AUTO's cap)")
+        same = (
+            f"BOUND ROWS {k_rows_auto[shape]}",
+            f"BOUND ROWS {k_rows_auto[shape]} (= ROWS AUTO's cap)",
+        )
         for bound, label in [*((b, b) for b in bounds), same]:
             if bound == "BOUND CLIP" and shape == "sum":
                 continue
-            out[(shape, label)] = (f"{head} FROM t GROUP BY g PRIVACY_UNIT uid {bound} "
-                                   "MAX_GROUPS 50 EPSILON {eps}")
+            out[(shape, label)] = (
+                f"{head} FROM t GROUP BY g PRIVACY_UNIT uid {bound} MAX_GROUPS 50 EPSILON {{eps}}"
+            )
     return out
 
 
@@ -65,16 +74,21 @@ def search_seconds(db, con, repeat: int) -> dict[str, tuple[float, float, float]
     from rewriter.plan import CANDIDATES, plan
 
     out = {}
-    for shape, head in (("avg", "AVG(v CLAMPED BETWEEN 0 AND 100) AS a"),
-                        ("sum", "SUM(v CLAMPED BETWEEN 0 AND 100) AS s")):
-        query = (f"SELECT g, COUNT(*) AS n, {head} FROM t GROUP BY g PRIVACY_UNIT uid "
-                 "BOUND ROWS AUTO MAX_GROUPS 50 EPSILON 1")
+    for shape, head in (
+        ("avg", "AVG(v CLAMPED BETWEEN 0 AND 100) AS a"),
+        ("sum", "SUM(v CLAMPED BETWEEN 0 AND 100) AS s"),
+    ):
+        query = (
+            f"SELECT g, COUNT(*) AS n, {head} FROM t GROUP BY g PRIVACY_UNIT uid "
+            "BOUND ROWS AUTO MAX_GROUPS 50 EPSILON 1"
+        )
         analysis = analyze(query, db._catalog(), {"g": list(range(GROUPS))})
         sql = threshold_sql(plan(analysis, epsilon=1.0, delta=1e-6), CANDIDATES)
         runs = []
         for _ in range(repeat + 1):
             wall, cpu = time.perf_counter(), time.process_time()
-            con.sql(sql, params={"privsql_secret": 123}).fetchall()
+            params = {"privsql_secret": 123} if "$privsql_secret" in sql else None
+            con.sql(sql, params=params).fetchall()
             runs.append((time.perf_counter() - wall, time.process_time() - cpu))
         runs = runs[1:]
         best = min(runs)
@@ -102,11 +116,16 @@ def main() -> None:
     # The cap ROWS AUTO picks on this table (its first draw): ROWS with that fixed cap is
     # the same bounding without the search.
     k_auto = {}
-    for shape, head in (("avg", "AVG(v CLAMPED BETWEEN 0 AND 100) AS a"),
-                        ("sum", "SUM(v CLAMPED BETWEEN 0 AND 100) AS s")):
-        result = runner.run(f"SELECT g, COUNT(*) AS n, {head} FROM t GROUP BY g PRIVACY_UNIT "
-                            "uid BOUND ROWS AUTO MAX_GROUPS 50 EPSILON {eps}", 1.0)
-        k_auto[shape] = c.chosen_cap(result)
+    for shape, head in (
+        ("avg", "AVG(v CLAMPED BETWEEN 0 AND 100) AS a"),
+        ("sum", "SUM(v CLAMPED BETWEEN 0 AND 100) AS s"),
+    ):
+        result = runner.run(
+            f"SELECT g, COUNT(*) AS n, {head} FROM t GROUP BY g PRIVACY_UNIT "
+            "uid BOUND ROWS AUTO MAX_GROUPS 50 EPSILON {eps}",
+            1.0,
+        )
+        k_auto[shape] = c.chosen_cap(result, "rank")
     plan = queries(k_auto)
     times: dict[tuple[str, str], list[tuple[float, float, int | None]]] = {q: [] for q in plan}
     for round_ in range(repeat + 1):  # round 0 is the warm-up
@@ -116,18 +135,35 @@ def main() -> None:
             result.fetchall()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             if round_:
-                times[q].append((wall, cpu, c.chosen_cap(result)))
+                caps = c.chosen_caps(result)
+                times[q].append((wall, cpu, "/".join(f"{k}" for k in caps.values()) or "-"))
     search = search_seconds(db, con, repeat)
     records = []
     for (shape, label), runs in times.items():
         best = min(runs, key=lambda r: r[0])
-        records.append({"shape": shape, "bound": label, "rows": rows, "best_s": best[0],
-                        "cpu_s": best[1], "median_s": sorted(r[0] for r in runs)[len(runs) // 2],
-                        "caps": " ".join(str(r[2]) for r in runs)})
+        records.append(
+            {
+                "shape": shape,
+                "bound": label,
+                "rows": rows,
+                "best_s": best[0],
+                "cpu_s": best[1],
+                "median_s": sorted(r[0] for r in runs)[len(runs) // 2],
+                "caps": " ".join(str(r[2]) for r in runs),
+            }
+        )
     for shape, seconds in search.items():
-        records.append({"shape": shape, "bound": "(search SQL of ROWS AUTO alone)", "rows": rows,
-                        "best_s": seconds[0], "cpu_s": seconds[1], "median_s": seconds[2],
-                        "caps": ""})
+        records.append(
+            {
+                "shape": shape,
+                "bound": "(search SQL of ROWS AUTO alone)",
+                "rows": rows,
+                "best_s": seconds[0],
+                "cpu_s": seconds[1],
+                "median_s": seconds[2],
+                "caps": "",
+            }
+        )
     frame = pd.DataFrame(records)
     for shape in ("avg", "sum"):
         part = frame["shape"] == shape
@@ -140,9 +176,12 @@ def main() -> None:
         for b, x in zip(frame.bound, frame.x_rows10, strict=True)
     ]
     c.write_csv(frame, "timing.csv")
-    print(f"\nbest of {repeat} (s), {args.threads} threads, ×ROWS 10 and ×ROWS c (c = the cap "
-          f"ROWS AUTO chose: avg {k_auto['avg']}, sum {k_auto['sum']}); load average now "
-          f"{os.getloadavg()[0]:.2f}")
+    print(
+        f"\nbest of {repeat} (s), {args.threads} threads; caps: per run, rank/variance where "
+        "BOUND AUTO chose two; ×ROWS 10 and ×ROWS c (c = the cap "
+        f"ROWS AUTO chose: avg {k_auto['avg']}, sum {k_auto['sum']}); load average now "
+        f"{os.getloadavg()[0]:.2f}"
+    )
     print(c.markdown(frame.drop(columns=["rows"]), ".3g"))
     print(f"\n{time.perf_counter() - start:.0f} s")
 
