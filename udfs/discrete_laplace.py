@@ -125,23 +125,34 @@ def sample_discrete_laplace(scale_num: int, scale_den: int, rng: RandomSource) -
         return y
 
 
-def _check_epsilon(epsilon: float | Rational) -> Fraction:
-    """Return epsilon as an exact :class:`Fraction`; reject non-finite or non-positive.
+def exact_real(value: object, name: str, condition: str) -> Fraction:
+    """A public real number as an exact :class:`Fraction` with Python-int parts.
 
-    Floats (including numpy floats) convert exactly, as do ints and fractions.
+    Floats (including numpy floats) convert exactly, as do ints and fractions; bools,
+    non-reals and non-finite floats are refused. ``condition`` completes the error
+    message ("must be ...").
     """
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise TypeError(f"epsilon must be a real number, got {epsilon!r}")
-    if isinstance(epsilon, Rational):
-        eps = Fraction(epsilon.numerator, epsilon.denominator)
-    else:
-        value = float(epsilon)
-        if not math.isfinite(value):
-            raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-        eps = Fraction(value)
-    if eps <= 0:
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    return eps
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if isinstance(value, Rational):
+        return Fraction(int(value.numerator), int(value.denominator))
+    as_float = float(value)
+    if not math.isfinite(as_float):
+        raise ValueError(f"{name} must be {condition}, got {value!r}")
+    return Fraction(as_float)
+
+
+def positive_real(value: object, name: str) -> Fraction:
+    """A finite, positive public number (ε, a sensitivity, a unit weight) as a Fraction."""
+    out = exact_real(value, name, "finite and > 0")
+    if out <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return out
+
+
+def _check_epsilon(epsilon: float | Rational) -> Fraction:
+    """Return epsilon as an exact :class:`Fraction`; reject non-finite or non-positive."""
+    return positive_real(epsilon, "epsilon")
 
 
 def _check_sensitivity(sensitivity: int, name: str = "sensitivity") -> int:

@@ -37,12 +37,10 @@ from collections.abc import Sequence
 from fractions import Fraction
 from numbers import Rational, Real
 
-from udfs.discrete_laplace import _check_sensitivity
+from udfs.discrete_laplace import _check_epsilon, _check_sensitivity, exact_real, positive_real
 from udfs.random import RandomSource
 from udfs.selection import (
     _as_fraction,
-    _check_positive_bound,
-    _exact_epsilon,
     _exact_rational,
     _permute_and_flip_integers,
 )
@@ -60,15 +58,7 @@ _UNIFORM_BITS = 53
 
 def _check_p(p: object) -> Fraction:
     """The quantile as an exact Fraction in [0, 1] (floats convert exactly)."""
-    if isinstance(p, bool) or not isinstance(p, Real):
-        raise TypeError(f"p must be a real number in [0, 1], got {p!r}")
-    if isinstance(p, Rational):
-        value = _as_fraction(p)
-    else:
-        as_float = float(p)
-        if not math.isfinite(as_float):
-            raise ValueError(f"p must be in [0, 1], got {p!r}")
-        value = Fraction(as_float)
+    value = exact_real(p, "p", "in [0, 1]")
     if not 0 <= value <= 1:
         raise ValueError(f"p must be in [0, 1], got {p!r}")
     return value
@@ -166,7 +156,7 @@ def quantile_sensitivity(p: float, unit_weight: Fraction | int) -> Fraction:
     :func:`private_quantile`, or h (one unit's total weight) for the weighted variant.
     """
     prob = _check_p(p)
-    return _check_positive_bound(unit_weight, "unit_weight") * max(prob, 1 - prob)
+    return positive_real(unit_weight, "unit_weight") * max(prob, 1 - prob)
 
 
 def _private_bucket_point(
@@ -222,7 +212,7 @@ def private_quantile(
     """
     prob = _check_p(p)
     lo, hi = _check_range(low, high)
-    eps = _exact_epsilon(epsilon)
+    eps = _check_epsilon(epsilon)
     unit = _check_sensitivity(rows, "rows")
     return _private_bucket_point(_exact_counts(counts), unit, prob, lo, hi, eps, rng)
 
@@ -247,8 +237,8 @@ def private_weighted_quantile(
     """
     prob = _check_p(p)
     lo, hi = _check_range(low, high)
-    eps = _exact_epsilon(epsilon)
-    h = _check_positive_bound(unit_weight, "unit_weight")
+    eps = _check_epsilon(epsilon)
+    h = positive_real(unit_weight, "unit_weight")
     # Weights and h on one integer scale L (the scores' common factor L cancels in PF).
     masses, _ = _common_scale([*_exact_masses(weights, "weight"), h])
     unit = masses.pop()
@@ -270,8 +260,8 @@ def rank_error_bound(
     total. Public parameters only; costs no privacy.
     """
     g = _check_sensitivity(buckets, "buckets")
-    eps = _exact_epsilon(epsilon)
-    delta = _check_positive_bound(sensitivity, "sensitivity")
+    eps = _check_epsilon(epsilon)
+    delta = positive_real(sensitivity, "sensitivity")
     if isinstance(alpha, bool) or not isinstance(alpha, Real) or not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     return 2.0 * float(delta) * (math.log(g) - math.log(float(alpha))) / float(eps)

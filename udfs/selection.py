@@ -36,9 +36,9 @@ import math
 import operator
 from collections.abc import Sequence
 from fractions import Fraction
-from numbers import Rational, Real
+from numbers import Rational
 
-from udfs.discrete_laplace import _check_epsilon, bernoulli_exp
+from udfs.discrete_laplace import _check_epsilon, bernoulli_exp, positive_real
 from udfs.random import RandomSource
 
 __all__ = ["permute_and_flip"]
@@ -47,11 +47,6 @@ __all__ = ["permute_and_flip"]
 def _as_fraction(value: Rational) -> Fraction:
     """An exact Fraction with Python-int parts (numpy integers would overflow later)."""
     return Fraction(int(value.numerator), int(value.denominator))
-
-
-def _exact_epsilon(epsilon: float) -> Fraction:
-    """epsilon (finite, > 0) as an exact Fraction with Python-int parts."""
-    return _as_fraction(_check_epsilon(epsilon))
 
 
 def _exact_rational(value: object, name: str) -> Fraction:
@@ -70,25 +65,6 @@ def _exact_rational(value: object, name: str) -> Fraction:
         raise TypeError(
             f"{name} must be an exact int or Fraction, got {type(value).__name__}"
         ) from None
-
-
-def _check_positive_bound(value: object, name: str) -> Fraction:
-    """A public, finite, positive bound (sensitivity, unit weight) as an exact Fraction.
-
-    Ints, Fractions and finite floats are accepted; a float converts exactly.
-    """
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    if isinstance(value, Rational):
-        out = _as_fraction(value)
-    else:
-        as_float = float(value)
-        if not math.isfinite(as_float):
-            raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        out = Fraction(as_float)
-    if out <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return out
 
 
 def _permute_and_flip_integers(scores: Sequence[int], num: int, den: int, rng: RandomSource) -> int:
@@ -132,8 +108,8 @@ def permute_and_flip(
 
     Returns an index in ``range(len(scores))``; raises ``ValueError`` for no candidates.
     """
-    eps = _exact_epsilon(epsilon)
-    delta = _check_positive_bound(sensitivity, "sensitivity")
+    eps = _check_epsilon(epsilon)
+    delta = positive_real(sensitivity, "sensitivity")
     integer_scores = list(scores)
     if not integer_scores:
         raise ValueError("permute_and_flip needs at least one candidate")
