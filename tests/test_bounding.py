@@ -20,8 +20,9 @@ import pytest
 import privsql
 import udfs
 from rewriter.analyze import analyze
-from rewriter.generate import Functions, generate
-from rewriter.plan import plan
+from rewriter.dialect import to_sql
+from rewriter.generate import Functions, bounds_sql, generate, threshold_sql
+from rewriter.plan import CANDIDATES, MAGNITUDES, plan
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -61,6 +62,7 @@ def neighbours():
 STRATEGIES = ["BOUND ROWS 5", "BOUND WEIGHTS 5", "BOUND CLIP", "BOUND ROWS AUTO", "BOUND AUTO"]
 QUERY = (
     "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s, "
+    "STDDEV(v CLAMPED BETWEEN 0 AND 100) AS sd, "
     "AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM visits GROUP BY g "
     "PRIVACY_UNIT uid {bound} MAX_GROUPS {groups} EPSILON 1"
 )
@@ -69,8 +71,9 @@ QUERY = (
 def _plan(con, bound: str, groups: int = 2):
     db = privsql.connect(con, budget=1e9, seed=1, insecure=True)
     sql = QUERY.format(bound=bound, groups=groups)
-    if "CLIP" in bound:
+    if "CLIP" in bound:  # CLIP bounds means and counts only
         sql = sql.replace("SUM(v CLAMPED BETWEEN 0 AND 100) AS s, ", "")
+        sql = sql.replace("STDDEV(v CLAMPED BETWEEN 0 AND 100) AS sd, ", "")
     analysis = analyze(sql, db._catalog(), {"g": [0, 1, 2, 3]})
     query_plan = plan(analysis, epsilon=1.0, delta=1e-6)
     db.close()
@@ -151,3 +154,38 @@ def test_release_passes_at_declared_epsilon_and_fails_with_too_little_noise(neig
     assert lower <= rows.epsilon
     lower_weak, estimate = _privacy_loss(d, d_prime, sensitivity, rows.epsilon, 1.5)
     assert lower_weak > rows.epsilon, (lower_weak, estimate)
+
+
+@pytest.mark.parametrize("bound", ["BOUND ROWS AUTO", "BOUND AUTO"])
+def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
+    """The inputs of the AUTO threshold search and the bounds estimate: each count moves
+    by at most one when a unit (here with 10⁴ extreme rows in every group) is added."""
+    db = privsql.connect(neighbours, budget=1e9, seed=1, insecure=True)
+    sql = (
+        "SELECT g, SUM(v) AS s, AVG(v) AS a FROM visits GROUP BY g "
+        f"PRIVACY_UNIT uid {bound} MAX_GROUPS 2 EPSILON 1"
+    )
+    analysis = analyze(sql, db._catalog(), {"g": [0, 1, 2, 3]})
+    db.close()
+    estimate = bounds_sql(analysis, [a.argument for a in analysis.unbounded], MAGNITUDES)
+    query_plan = plan(
+        analysis.with_bounds({to_sql(a.node): (0.0, 100.0) for a in analysis.unbounded}),
+        epsilon=1.0,
+        delta=1e-6,
+    )
+    search = threshold_sql(query_plan, CANDIDATES)
+
+    def summaries() -> list[int]:
+        rows = [
+            neighbours.execute(q, {"privsql_secret": 3} if "$privsql" in q else None).fetchall()[0]
+            for q in (estimate, search)
+        ]
+        return [int(v) for row in rows for v in row]
+
+    before = summaries()
+    neighbours.execute("BEGIN TRANSACTION")
+    neighbours.execute("INSERT INTO visits SELECT 999999, range % 4, -1e12 FROM range(10000)")
+    after = summaries()
+    neighbours.execute("ROLLBACK")
+    moved = [abs(a - b) for a, b in zip(after, before, strict=True)]
+    assert max(moved) == 1
