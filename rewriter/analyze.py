@@ -31,6 +31,7 @@ from rewriter.errors import (
 )
 from rewriter.expressions import Clamped, PrivacyUnit
 from rewriter.options import PrivacyOptions, read_options
+from rewriter.relations import Relations
 
 FILE_READERS = frozenset({"read_parquet", "parquet_scan", "read_csv", "read_csv_auto"})
 """Table functions that read files; their rows are private."""
@@ -96,7 +97,8 @@ class Analysis:
 
     select: exp.Select
     options: PrivacyOptions
-    source: exp.Table
+    source: exp.Expr
+    """The FROM item of the outermost SELECT that carries the unit."""
     unit: exp.Column
     keys: tuple[Key, ...]
     aggregates: tuple[Aggregate, ...]
@@ -187,16 +189,18 @@ def analyze(
     if clause is None:
         raise MissingPrivacyUnit("the query reads private data: add PRIVACY_UNIT <column>")
     options = read_options(clause)
-    source = _single_source(private, select)
-    unit = _resolve_unit(options.unit, source, catalog)
     _refuse_shapes(select)
+    relations = Relations(select, catalog, private)
+    relations.refuse_outside_from()
+    unit, source = relations.resolve(options.unit)
+    relations.check_reached()
     key_nodes = _group_keys(select)
     automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
-    aggregates = _aggregates(select, unit, source, catalog, automatic)
+    aggregates = _aggregates(select, relations, catalog, automatic)
     _refuse_raw_outputs(select, key_nodes)
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
-    domains = _key_domains(select, key_nodes, source, catalog, keys or {})
+    domains = _key_domains(select, key_nodes, relations, catalog, keys or {})
     query = select.copy()
     query.set("privacy", None)
     return Analysis(
@@ -255,48 +259,6 @@ def _private_sources(select: exp.Query, catalog: Catalog) -> list[exp.Table]:
     return private
 
 
-def _single_source(private: list[exp.Table], select: exp.Select) -> exp.Table:
-    if len(private) > 1:
-        raise UnsupportedQuery(
-            "a query may read one private source; join private sources on the unit "
-            "is not supported yet"
-        )
-    source = private[0]
-    if source.find_ancestor(exp.Select) is not select or source.find_ancestor(exp.Subquery):
-        raise UnsupportedQuery("private data may only be read in the outermost FROM clause")
-    return source
-
-
-def _source_sql(source: exp.Table) -> str:
-    bare = source.copy()
-    bare.set("alias", None)
-    return bare.sql(dialect="duckdb")
-
-
-def _source_label(source: exp.Table) -> str:
-    return source.alias or source.name
-
-
-def _resolve_unit(unit: exp.Column, source: exp.Table, catalog: Catalog) -> exp.Column:
-    columns = {c.lower(): c for c in catalog.columns(_source_sql(source))}
-    label = _source_label(source)
-    if unit.table and unit.table.lower() != (label or "").lower():
-        raise InvalidPrivacyUnit(f"{unit.sql()} is not a column of the private source")
-    if unit.name.lower() not in columns:
-        raise InvalidPrivacyUnit(f"{unit.name} is not a column of the private source")
-    protection = (
-        catalog.protected.get(source.name.lower())
-        if not isinstance(source.this, exp.Func)
-        else None
-    )
-    if protection and protection.privacy_unit.lower() != unit.name.lower():
-        raise InvalidPrivacyUnit(
-            f"the owner of {source.name} declared its privacy unit as "
-            f"{protection.privacy_unit}, not {unit.name}"
-        )
-    return exp.column(columns[unit.name.lower()], table=label, quoted=True)
-
-
 def _refuse_shapes(select: exp.Select) -> None:
     if select.args.get("distinct"):
         raise UnsupportedQuery("SELECT DISTINCT over private data is not allowed")
@@ -304,9 +266,11 @@ def _refuse_shapes(select: exp.Select) -> None:
         raise UnsupportedQuery("window functions over private data are not allowed")
     if select.args.get("sample") or any(select.find_all(exp.TableSample)):
         raise UnsupportedQuery("sampling private data is not allowed")
-    if any(not isinstance(star.parent, exp.Count) for star in select.find_all(exp.Star)):
+    outputs = _output_expressions(select)
+    stars = [star for output in outputs for star in output.find_all(exp.Star)]
+    if any(not isinstance(star.parent, exp.Count) for star in stars):
         raise NonPrivateOutput("SELECT * would output private rows; select aggregates instead")
-    if any(select.find_all(exp.Columns)):
+    if any(output.find(exp.Columns) for output in outputs):
         raise NonPrivateOutput("COLUMNS(...) is not allowed over private data; name the columns")
     if any(select.find_all(exp.Lateral)):
         raise UnsupportedQuery("LATERAL over private data is not allowed")
@@ -357,7 +321,7 @@ def _is_aggregate(node: exp.Expr, catalog: Catalog) -> bool:
 
 
 def _aggregates(
-    select: exp.Select, unit: exp.Column, source: exp.Table, catalog: Catalog, automatic: bool
+    select: exp.Select, relations: Relations, catalog: Catalog, automatic: bool
 ) -> tuple[Aggregate, ...]:
     found: dict[str, Aggregate] = {}
     for output in _output_expressions(select):
@@ -366,7 +330,7 @@ def _aggregates(
                 continue
             if isinstance(node.parent, exp.WithinGroup):
                 node = node.parent
-            aggregate = _classify(node, unit, source, catalog, automatic)
+            aggregate = _classify(node, relations, catalog, automatic)
             found.setdefault(to_sql(node), aggregate)
     for where in (
         select.args.get("where"),
@@ -383,9 +347,7 @@ def _written_name(node: exp.Expr) -> str:
     return (text or node.sql(dialect=PrivSQL).split("(", 1)[0]).upper()
 
 
-def _classify(
-    node: exp.Expr, unit: exp.Column, source: exp.Table, catalog: Catalog, automatic: bool
-) -> Aggregate:
+def _classify(node: exp.Expr, relations: Relations, catalog: Catalog, automatic: bool) -> Aggregate:
     name = _written_name(node)
     # PERCENTILE_CONT(p) WITHIN GROUP (...) holds its function: that is not nesting.
     own = node.this if isinstance(node, exp.WithinGroup) else node
@@ -397,23 +359,23 @@ def _classify(
     if isinstance(node.parent, exp.Filter):
         raise UnsupportedQuery(f"{name} ... FILTER (WHERE ...) is not supported: use WHERE")
     if isinstance(node, exp.Count):
-        return _classify_count(node, unit)
+        return _classify_count(node, relations)
     if isinstance(node, (exp.Sum, exp.Avg)):
         kind = AggregateKind.SUM if isinstance(node, exp.Sum) else AggregateKind.AVG
-        argument, bounds = _bounded_argument(node.this, name, source, catalog, automatic)
+        argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)
         return Aggregate(node, kind, argument, bounds)
     if type(node) in SPREADS:
-        argument, bounds = _bounded_argument(node.this, name, source, catalog, automatic)
+        argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)
         return Aggregate(node, SPREADS[type(node)], argument, bounds)
     if isinstance(node, (exp.Quantile, exp.Median, exp.PercentileCont, exp.PercentileDisc)) or (
         isinstance(node, exp.WithinGroup)
     ):
-        return _classify_quantile(node, name, source, catalog, automatic)
+        return _classify_quantile(node, name, relations, catalog, automatic)
     raise NonDPAggregate(f"{name} has no differentially private version")
 
 
 def _classify_quantile(
-    node: exp.Expr, name: str, source: exp.Table, catalog: Catalog, automatic: bool
+    node: exp.Expr, name: str, relations: Relations, catalog: Catalog, automatic: bool
 ) -> Aggregate:
     """QUANTILE(x, p), MEDIAN(x), QUANTILE_CONT(x, p), PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x).
 
@@ -437,11 +399,11 @@ def _classify_quantile(
         raise InvalidOption(f"{name} needs a constant quantile between 0 and 1")
     if clamp is not None and clamp is not value:
         value = Clamped(this=value, low=clamp.args["low"], high=clamp.args["high"])
-    argument, bounds = _bounded_argument(value, name, source, catalog, automatic)
+    argument, bounds = _bounded_argument(value, name, relations, catalog, automatic)
     return Aggregate(node, AggregateKind.QUANTILE, argument, bounds, p)
 
 
-def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
+def _classify_count(node: exp.Count, relations: Relations) -> Aggregate:
     this = node.this
     if isinstance(this, Clamped):
         raise InvalidOption("COUNT takes no CLAMPED bounds")
@@ -452,7 +414,7 @@ def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
         if (
             len(targets) == 1
             and isinstance(targets[0], exp.Column)
-            and targets[0].name.lower() == unit.name.lower()
+            and relations.is_unit(targets[0])
         ):
             return Aggregate(node, AggregateKind.COUNT_UNITS)
         raise NonDPAggregate("COUNT(DISTINCT ...) is only allowed on the privacy unit")
@@ -460,7 +422,7 @@ def _classify_count(node: exp.Count, unit: exp.Column) -> Aggregate:
 
 
 def _bounded_argument(
-    argument: exp.Expr, name: str, source: exp.Table, catalog: Catalog, automatic: bool
+    argument: exp.Expr, name: str, relations: Relations, catalog: Catalog, automatic: bool
 ) -> tuple[exp.Expr, Bounds | None]:
     """The aggregated expression and its bounds: CLAMPED, else the owner's, else — under
     BOUND AUTO — None, for a private estimate; otherwise a refusal."""
@@ -471,15 +433,9 @@ def _bounded_argument(
         if not (math.isfinite(low) and math.isfinite(high)) or low > high:
             raise InvalidOption(f"the bounds of {name} must be finite with low <= high")
         return argument.this, (low, high)
-    protection = (
-        catalog.protected.get(source.name.lower())
-        if not isinstance(source.this, exp.Func)
-        else None
-    )
-    if isinstance(argument, exp.Column) and protection:
-        declared = {c.lower(): b for c, b in protection.bounds.items()}
-        if argument.name.lower() in declared:
-            return argument, declared[argument.name.lower()]
+    declared = _declared(argument, relations, catalog, "bounds")
+    if declared is not None:
+        return argument, declared
     if automatic:
         return argument, None
     raise MissingBounds(
@@ -538,26 +494,20 @@ def _exposed_columns(node: exp.Expr, keys: list[exp.Expr]) -> Iterator[exp.Colum
 def _key_domains(
     select: exp.Select,
     keys: list[exp.Expr],
-    source: exp.Table,
+    relations: Relations,
     catalog: Catalog,
     query_keys: Mapping[str, Sequence[object]],
 ) -> list[tuple[exp.Query | None, int | None]]:
     """The public values of each key (a query, and their number when listed): from this
     query's key list, the owner's declaration, or a public table."""
     names = _key_names(select, keys)
-    protection = (
-        catalog.protected.get(source.name.lower())
-        if not isinstance(source.this, exp.Func)
-        else None
-    )
-    declared = {c.lower(): v for c, v in (protection.keys.items() if protection else [])}
     given = {c.lower(): v for c, v in query_keys.items()}
     public_tables = _public_tables(select, catalog)
     domains: list[tuple[exp.Query | None, int | None]] = []
     for key, name in zip(keys, names, strict=True):
         values = given.get(name) if name else None
-        if values is None and isinstance(key, exp.Column) and _belongs_to(key, source, catalog):
-            values = declared.get(key.name.lower())
+        if values is None:
+            values = _declared(key, relations, catalog, "keys")
         if values is not None:
             domains.append((_values_query(values), len(set(values))))
             continue
@@ -584,11 +534,19 @@ def _key_names(select: exp.Select, keys: list[exp.Expr]) -> list[str | None]:
     return names
 
 
-def _belongs_to(column: exp.Column, source: exp.Table, catalog: Catalog) -> bool:
-    label = (_source_label(source) or "").lower()
-    if column.table:
-        return column.table.lower() == label
-    return column.name.lower() in {c.lower() for c in catalog.columns(_source_sql(source))}
+def _declared(node: exp.Expr, relations: Relations, catalog: Catalog, kind: str) -> object:
+    """The owner's declared ``bounds`` or ``keys`` of a column that is a protected table's
+    column passed through unchanged (directly, or by derived tables and CTEs)."""
+    if not isinstance(node, exp.Column):
+        return None
+    origin = relations.origin(node)
+    if origin is None or isinstance(origin.source.this, exp.Func):
+        return None
+    protection = catalog.protected.get(origin.source.name.lower())
+    if protection is None:
+        return None
+    declared = {c.lower(): v for c, v in getattr(protection, kind).items()}
+    return declared.get(origin.column.lower())
 
 
 def _public_tables(select: exp.Select, catalog: Catalog) -> dict[str, exp.Table]:

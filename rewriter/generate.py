@@ -33,6 +33,7 @@ from sqlglot import exp
 from rewriter.analyze import AggregateKind, Analysis
 from rewriter.dialect import to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan
+from rewriter.relations import PRIVATE_BODY
 
 SECRET = "$privsql_secret"
 """The statement's parameter carrying the database's hashing secret."""
@@ -180,14 +181,32 @@ def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[st
     ]
     projection += [exp.alias_(_never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
     query.set("expressions", projection)
-    where = query.args.get("where")
     kept = exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null()))
-    condition = exp.and_(_never_raise(where.this), kept) if where is not None else kept
-    query.set("where", exp.Where(this=condition))
+    _guard_rows(query, kept)
+    for body in [q for q in query.find_all(exp.Select) if q.meta.get(PRIVATE_BODY)]:
+        body.set("expressions", [_never_raise_named(e) for e in body.expressions])
+        _guard_rows(body)
+    return _sql(query)
+
+
+def _guard_rows(query: exp.Select, kept: exp.Expr | None = None) -> None:
+    """Guard a SELECT's WHERE and join conditions over private rows (see ``_never_raise``)."""
+    where = query.args.get("where")
+    condition = _never_raise(where.this) if where is not None else None
+    if kept is not None:
+        condition = exp.and_(condition, kept) if condition is not None else kept
+    if condition is not None:
+        query.set("where", exp.Where(this=condition))
     for join in query.args.get("joins") or []:
         if join.args.get("on") is not None:
             join.set("on", _never_raise(join.args["on"]))
-    return _sql(query)
+
+
+def _never_raise_named(item: exp.Expr) -> exp.Expr:
+    """A select item of a derived table over private rows, guarded, under the same name."""
+    if isinstance(item, (exp.Column, exp.Star)):
+        return item.copy()
+    return exp.alias_(_never_raise(item.unalias()), output_name(item), quoted=True)
 
 
 def _never_raise(node: exp.Expr) -> exp.Expr:

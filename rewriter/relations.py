@@ -1,0 +1,416 @@
+"""Private relations: which FROM items read private data, and which column carries the unit.
+
+Private data may be read only as FROM items: base sources (tables, views, files) and
+derived tables or CTEs whose bodies are row-level SELECTs over private items. Each private
+item exposes one *unit column*, and the private items of one FROM are joined on it. Under
+these rules every row the outer FROM produces comes from rows of exactly one unit, so
+removing a unit removes exactly the rows derived from it (docs/privacy.md section 2.1).
+Anything else that reads private data — a subquery in WHERE or SELECT, an aggregate or a
+window inside a derived table, a join of private items on another column — is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from rewriter.catalog import Catalog
+from rewriter.errors import InvalidOption, InvalidPrivacyUnit, UnsupportedQuery
+from rewriter.expressions import Clamped
+
+PRIVATE_BODY = "privsql_private_body"
+"""Meta flag on the SELECT body of a derived table or CTE over private data: generation
+guards its row-level expressions so that no private value can make the query fail."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A base source's column that reaches a FROM item's column unchanged."""
+
+    source: exp.Table
+    column: str
+
+
+def source_sql(source: exp.Table) -> str:
+    """A base source as DuckDB reads it, without its alias."""
+    bare = source.copy()
+    bare.set("alias", None)
+    return bare.sql(dialect="duckdb")
+
+
+def items(select: exp.Select) -> list[exp.Expr]:
+    """The FROM items of one SELECT: its FROM and each JOIN's table, in order."""
+    from_ = select.args.get("from_")
+    found = [from_.this] if from_ is not None else []
+    return found + [join.this for join in select.args.get("joins") or []]
+
+
+def _conjuncts(node: exp.Expr | None) -> Iterator[exp.Expr]:
+    if isinstance(node, exp.Paren):
+        yield from _conjuncts(node.this)
+    elif isinstance(node, exp.And):
+        yield from _conjuncts(node.this)
+        yield from _conjuncts(node.expression)
+    elif node is not None:
+        yield node
+
+
+class Relations:
+    """The private items of a query, resolved from its outermost SELECT down.
+
+    ``units`` records, per base source, the column taken as its unit: a source that is
+    read several times must be read with the same unit column every time, or the rows of
+    one unit in one reading could join rows of another unit in the other.
+    """
+
+    def __init__(self, select: exp.Select, catalog: Catalog, private: list[exp.Table]) -> None:
+        self.outer = select
+        self.catalog = catalog
+        self.ctes = {cte.alias_or_name.lower(): cte.this for cte in select.find_all(exp.CTE)}
+        self._private = {id(t) for t in private}
+        self._reads: dict[int, bool] = {}
+        self.reached: set[int] = set()
+        self.units: dict[str, str] = {}
+        self.linked: dict[int, str] = {}
+        """Unit column name by private item (``id``), for every item resolved so far."""
+
+    # -- what an item is ------------------------------------------------------------------
+
+    def body(self, item: exp.Expr) -> exp.Query | None:
+        """The query behind a derived table or a CTE reference; None for a base source."""
+        if isinstance(item, exp.Subquery):
+            return item.this
+        if (
+            isinstance(item, exp.Table)
+            and isinstance(item.this, exp.Identifier)
+            and not item.db
+            and item.name.lower() in self.ctes
+        ):
+            return self.ctes[item.name.lower()]
+        return None
+
+    def is_private(self, item: exp.Expr) -> bool:
+        """Whether the item reads private data (directly, or anywhere in its body)."""
+        body = self.body(item)
+        if body is None:
+            return id(item) in self._private
+        if id(body) not in self._reads:
+            self._reads[id(body)] = False  # a recursive CTE reads what its base case reads
+            self._reads[id(body)] = any(
+                self.is_private(t) for t in body.find_all(exp.Table, exp.Subquery) if t is not body
+            )
+        return self._reads[id(body)]
+
+    def columns(self, item: exp.Expr) -> list[str]:
+        """The column names a FROM item exposes."""
+        alias = item.args.get("alias")
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            return [c.name for c in alias.columns]
+        body = self.body(item)
+        if body is None:
+            if isinstance(item, exp.Table) and not isinstance(item.this, exp.GenerateSeries):
+                return list(self.catalog.columns(source_sql(item)))
+            return []
+        if not isinstance(body, exp.Select):
+            return list(body.named_selects)
+        select = body
+        names: list[str] = []
+        for output in select.expressions:
+            covered = _star_of(output)
+            if covered is None:
+                names.append(output.alias_or_name)
+                continue
+            excluded = {c.name.lower() for c in covered.args.get("except_") or []}
+            for inner in items(select):
+                if output is covered or _label(inner).lower() == output.table.lower():
+                    names += [c for c in self.columns(inner) if c.lower() not in excluded]
+        return names
+
+    def item_of(self, column: exp.Column, select: exp.Select) -> exp.Expr | None:
+        """The FROM item of ``select`` a column belongs to (the first, if ambiguous)."""
+        name = column.name.lower()
+        for item in items(select):
+            if column.table:
+                if _label(item).lower() == column.table.lower():
+                    return item
+            elif name in {c.lower() for c in self.columns(item)}:
+                return item
+        return None
+
+    # -- resolving the unit ---------------------------------------------------------------
+
+    def resolve(self, unit: exp.Column) -> tuple[exp.Column, exp.Expr]:
+        """The unit as a qualified column of the outer FROM, and the item it belongs to.
+
+        Every private item of the query must be reached from it: through the unit column of
+        a derived table, or through a join on the unit.
+        """
+        item = self.item_of(unit, self.outer)
+        if item is None or not self.is_private(item):
+            raise InvalidPrivacyUnit(f"{unit.sql()} is not a column of a private source")
+        self.verify(item, unit.name)
+        self.link(self.outer, item)
+        return exp.column(self.linked[id(item)], table=_label(item), quoted=True), item
+
+    def verify(self, item: exp.Expr, name: str) -> None:
+        """Check that column ``name`` of a private item is its unit, recursively."""
+        if id(item) in self.linked:
+            if self.linked[id(item)].lower() != name.lower():
+                raise UnsupportedQuery(
+                    f"{_label(item)} is joined on {name} and on {self.linked[id(item)]}: "
+                    "a private source has one privacy unit column"
+                )
+            return
+        alias = item.args.get("alias")
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            raise UnsupportedQuery(
+                f"column lists in the alias of private source {_label(item)} are not supported"
+            )
+        body = self.body(item)
+        if body is None:
+            self.linked[id(item)] = self._verify_source(item, name)
+        else:
+            self.linked[id(item)] = self._verify_body(item, body, name)
+        self.reached.add(id(item))
+
+    def _verify_source(self, source: exp.Table, name: str) -> str:
+        columns = {c.lower(): c for c in self.catalog.columns(source_sql(source))}
+        if name.lower() not in columns:
+            raise InvalidPrivacyUnit(f"{name} is not a column of the private source")
+        protection = (
+            self.catalog.protected.get(source.name.lower())
+            if not isinstance(source.this, exp.Func)
+            else None
+        )
+        if protection and protection.privacy_unit.lower() != name.lower():
+            raise InvalidPrivacyUnit(
+                f"the owner of {source.name} declared its privacy unit as "
+                f"{protection.privacy_unit}, not {name}"
+            )
+        key = source_sql(source).lower()
+        if self.units.setdefault(key, name.lower()) != name.lower():
+            raise UnsupportedQuery(
+                f"{source.name} is read with two different unit columns; a private source "
+                "has one privacy unit column"
+            )
+        return columns[name.lower()]
+
+    def _verify_body(self, item: exp.Expr, body: exp.Query, name: str) -> str:
+        if not isinstance(body, exp.Select):
+            raise UnsupportedQuery("set operations over private data are not allowed")
+        self._refuse_body_shapes(body)
+        body.meta[PRIVATE_BODY] = True
+        passed = self._output(body, name)
+        if passed is None:
+            raise InvalidPrivacyUnit(
+                f"{_label(item)} reads private data but does not keep its privacy unit "
+                f"unchanged as column {name}"
+            )
+        inner, inner_name = passed
+        if not self.is_private(inner):
+            raise InvalidPrivacyUnit(f"{name} of {_label(item)} is not a private unit column")
+        self.verify(inner, inner_name)
+        self.link(body, inner)
+        return name
+
+    def _output(self, body: exp.Select, name: str) -> tuple[exp.Expr, str] | None:
+        """The inner item and column a derived table's output ``name`` passes through."""
+        for output in body.expressions:
+            covered = _star_of(output)
+            if covered is not None:
+                if covered.args.get("replace") and any(
+                    r.alias_or_name.lower() == name.lower() for r in covered.args["replace"]
+                ):
+                    break
+                excluded = {c.name.lower() for c in covered.args.get("except_") or []}
+                for inner in items(body):
+                    if output is covered or _label(inner).lower() == output.table.lower():
+                        columns = {c.lower(): c for c in self.columns(inner)}
+                        if name.lower() in columns and name.lower() not in excluded:
+                            return inner, columns[name.lower()]
+                continue
+            if output.alias_or_name.lower() != name.lower():
+                continue
+            column = output.unalias()
+            if isinstance(column, exp.Column) and not isinstance(column.this, exp.Star):
+                inner = self.item_of(column, body)
+                if inner is not None:
+                    return inner, column.name
+            break
+        return None
+
+    def link(self, select: exp.Select, unit_item: exp.Expr) -> None:
+        """Resolve every other private item of ``select`` through a join on the unit.
+
+        A link is a conjunct ``a.x = b.y`` of an ON or WHERE condition (or a USING column)
+        where one side is a known unit column: the other side's item is then read with
+        that column as its unit. What the conjunction adds beyond the equality only drops
+        pairs of rows, each pair from one unit.
+        """
+        for join in select.args.get("joins") or []:
+            method, kind = (join.method or "").upper(), (join.kind or "").upper()
+            if method in ("POSITIONAL", "ASOF"):
+                raise UnsupportedQuery(
+                    f"{method} JOIN with private data is not allowed: which rows it pairs "
+                    "depends on other units' rows"
+                )
+            if kind in ("SEMI", "ANTI") and join.this is unit_item:
+                raise InvalidPrivacyUnit(
+                    f"the privacy unit must be a column of the output; {kind} JOIN drops "
+                    f"{_label(unit_item)}"
+                )
+        pairs = list(self._equalities(select))
+        pending = [i for i in items(select) if i is not unit_item and self.is_private(i)]
+        progress = True
+        while pending and progress:
+            progress = False
+            for known, other in [*pairs, *((b, a) for a, b in pairs)]:
+                if known is None or other is None or not self._is_unit(*known):
+                    continue
+                if any(p is other[0] for p in pending) and self._verifies(*other):
+                    pending = [p for p in pending if p is not other[0]]
+                    progress = True
+        if pending:
+            raise UnsupportedQuery(
+                f"private sources {_label(unit_item)} and {_label(pending[0])} must be joined "
+                "on the privacy unit (ON a.unit = b.unit)"
+            )
+
+    def _verifies(self, item: exp.Expr, name: str) -> bool:
+        """Whether ``name`` is the unit of ``item``: an equality on another column is just
+        a filter, and the join may still be on the unit through another conjunct."""
+        try:
+            self.verify(item, name)
+        except InvalidPrivacyUnit:
+            return False
+        return True
+
+    def _is_unit(self, item: exp.Expr, name: str) -> bool:
+        return self.linked.get(id(item), "").lower() == name.lower()
+
+    def is_unit(self, column: exp.Column) -> bool:
+        """Whether a column of the outer SELECT is the unit column of a private item."""
+        item = self.item_of(column, self.outer)
+        return item is not None and self._is_unit(item, column.name)
+
+    def _equalities(
+        self, select: exp.Select
+    ) -> Iterator[tuple[tuple[exp.Expr, str] | None, tuple[exp.Expr, str] | None]]:
+        """Column pairs that every row of ``select``'s FROM has equal."""
+        conditions = [j.args.get("on") for j in select.args.get("joins") or []]
+        where = select.args.get("where")
+        conditions.append(where.this if where is not None else None)
+        for condition in conditions:
+            for conjunct in _conjuncts(condition):
+                if isinstance(conjunct, exp.EQ) and all(
+                    isinstance(side, exp.Column) for side in (conjunct.this, conjunct.expression)
+                ):
+                    yield self._side(conjunct.this, select), self._side(conjunct.expression, select)
+        previous = items(select)[:1]
+        for join in select.args.get("joins") or []:
+            for column in join.args.get("using") or []:
+                name = column.name
+                for item in previous:
+                    if name.lower() in {c.lower() for c in self.columns(item)}:
+                        yield (item, name), (join.this, name)
+            previous.append(join.this)
+
+    def _side(self, column: exp.Column, select: exp.Select) -> tuple[exp.Expr, str] | None:
+        item = self.item_of(column, select)
+        return None if item is None else (item, column.name)
+
+    def refuse_outside_from(self) -> None:
+        """Refuse a subquery over private data anywhere but as a FROM item (or a CTE)."""
+        for query in self.outer.find_all(exp.Select):
+            parent = query.parent
+            if (
+                query is self.outer
+                or isinstance(parent, (exp.CTE, exp.SetOperation))
+                or (isinstance(parent, exp.Subquery) and self._is_from_item(parent))
+            ):
+                continue
+            if any(self.is_private(t) for t in query.find_all(exp.Table)):
+                raise UnsupportedQuery(
+                    "private data may only be read in FROM: a subquery over private data in "
+                    "WHERE, SELECT, HAVING, ORDER BY or LIMIT is not allowed"
+                )
+
+    def _is_from_item(self, node: exp.Expr) -> bool:
+        return isinstance(node.parent, (exp.From, exp.Join)) and node.parent.this is node
+
+    def check_reached(self) -> None:
+        """Refuse private data read anywhere but as a FROM item resolved from the unit."""
+        for node in self.outer.find_all(exp.Table, exp.Subquery):
+            if self.is_private(node) and id(node) not in self.reached:
+                raise UnsupportedQuery(
+                    "private data may only be read as a FROM item joined on the privacy unit: "
+                    "not in a subquery in WHERE, SELECT, HAVING, ORDER BY or LIMIT, nor in an "
+                    "unused CTE"
+                )
+
+    def _refuse_body_shapes(self, body: exp.Select) -> None:
+        """A derived table or CTE over private data must map each row to at most one row."""
+        if body.args.get("distinct"):
+            raise UnsupportedQuery("DISTINCT inside a subquery over private data mixes units")
+        if (
+            body.args.get("group")
+            or body.args.get("having")
+            or any(self._aggregates(output) for output in body.expressions)
+        ):
+            raise UnsupportedQuery(
+                "aggregates inside a subquery over private data are not allowed: aggregate in "
+                "the outermost SELECT"
+            )
+        if any(body.find_all(exp.Window)) or body.args.get("qualify"):
+            raise UnsupportedQuery("window functions over private data are not allowed")
+        for modifier in ("limit", "offset", "order", "fetch"):
+            if body.args.get(modifier) is not None:
+                raise UnsupportedQuery(
+                    f"{modifier.upper()} inside a subquery over private data is not allowed: "
+                    "which rows it keeps depends on other units"
+                )
+        if body.args.get("sample") or any(body.find_all(exp.TableSample)):
+            raise UnsupportedQuery("sampling private data is not allowed")
+        if any(body.find_all(Clamped)):
+            raise InvalidOption("CLAMPED BETWEEN belongs to aggregates of the outermost SELECT")
+
+    def _aggregates(self, node: exp.Expr) -> bool:
+        return any(
+            isinstance(f, exp.AggFunc)
+            or (isinstance(f, exp.Anonymous) and f.name.lower() in self.catalog.aggregates)
+            for f in node.find_all(exp.Func)
+        )
+
+    # -- where a column comes from --------------------------------------------------------
+
+    def origin(self, column: exp.Column, select: exp.Select | None = None) -> Origin | None:
+        """The base column a column of ``select`` (the outer one by default) passes through."""
+        select = select or self.outer
+        item = self.item_of(column, select)
+        if item is None:
+            return None
+        body = self.body(item)
+        if body is None:
+            return Origin(item, column.name) if isinstance(item, exp.Table) else None
+        if not isinstance(body, exp.Select):
+            return None
+        passed = self._output(body, column.name)
+        if passed is None:
+            return None
+        inner, name = passed
+        return self.origin(exp.column(name, table=_label(inner)), body)
+
+
+def _label(item: exp.Expr) -> str:
+    return item.alias_or_name
+
+
+def _star_of(output: exp.Expr) -> exp.Expr | None:
+    """The star node when a select item is ``*`` or ``t.*`` (with EXCLUDE/REPLACE)."""
+    if isinstance(output, exp.Star):
+        return output
+    if isinstance(output, exp.Column) and isinstance(output.this, exp.Star):
+        return output
+    return None
