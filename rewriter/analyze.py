@@ -253,10 +253,20 @@ def _private_sources(select: exp.Query, catalog: Catalog) -> list[exp.Table]:
             name = _function_name(table.this)
             if name not in FILE_READERS:
                 raise StatementNotAllowed(f"table function {name} is not allowed")
+            _refuse_computed_paths(table.this, name)
             private.append(table)
         elif table.name.lower() not in catalog.public:
             private.append(table)
     return private
+
+
+def _refuse_computed_paths(reader: exp.Func, name: str) -> None:
+    """A file reader's path is a string literal or a list of them: which files a query
+    reads is then visible in its text (and the connection's own file settings apply)."""
+    path = reader.this if reader.this is not None else (reader.expressions or [None])[0]
+    paths = path.expressions if isinstance(path, exp.Array) else [path]
+    if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
+        raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
 
 
 def _refuse_shapes(select: exp.Select) -> None:
@@ -272,6 +282,8 @@ def _refuse_shapes(select: exp.Select) -> None:
         raise NonPrivateOutput("SELECT * would output private rows; select aggregates instead")
     if any(output.find(exp.Columns) for output in outputs):
         raise NonPrivateOutput("COLUMNS(...) is not allowed over private data; name the columns")
+    if any(select.find_all(exp.Pivot)):
+        raise UnsupportedQuery("PIVOT and UNPIVOT are not allowed in a query over private data")
     if any(select.find_all(exp.Lateral)):
         raise UnsupportedQuery("LATERAL over private data is not allowed")
     group = select.args.get("group")

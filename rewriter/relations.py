@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from rewriter.catalog import Catalog
-from rewriter.errors import InvalidOption, InvalidPrivacyUnit, UnsupportedQuery
-from rewriter.expressions import Clamped
+from rewriter.errors import InvalidPrivacyUnit, UnsupportedQuery
 
 PRIVATE_BODY = "privsql_private_body"
 """Meta flag on the SELECT body of a derived table or CTE over private data: generation
@@ -113,8 +112,10 @@ class Relations:
             if isinstance(item, exp.Table) and not isinstance(item.this, exp.GenerateSeries):
                 return list(self.catalog.columns(source_sql(item)))
             return []
+        while isinstance(body, exp.SetOperation):
+            body = body.this
         if not isinstance(body, exp.Select):
-            return list(body.named_selects)
+            return []
         select = body
         names: list[str] = []
         for output in select.expressions:
@@ -149,7 +150,10 @@ class Relations:
         """
         item = self.item_of(unit, self.outer)
         if item is None or not self.is_private(item):
-            raise InvalidPrivacyUnit(f"{unit.sql()} is not a column of a private source")
+            raise InvalidPrivacyUnit(
+                f"{unit.sql()} is not a column of a private source (a subquery or CTE over "
+                "private data must keep the unit column)"
+            )
         self.verify(item, unit.name)
         self.link(self.outer, item)
         return exp.column(self.linked[id(item)], table=_label(item), quoted=True), item
@@ -198,8 +202,10 @@ class Relations:
         return columns[name.lower()]
 
     def _verify_body(self, item: exp.Expr, body: exp.Query, name: str) -> str:
-        if not isinstance(body, exp.Select):
+        if isinstance(body, exp.SetOperation):
             raise UnsupportedQuery("set operations over private data are not allowed")
+        if not isinstance(body, exp.Select):
+            raise UnsupportedQuery(f"{body.key.upper()} over private data is not allowed")
         self._refuse_body_shapes(body)
         body.meta[PRIVATE_BODY] = True
         passed = self._output(body, name)
@@ -365,16 +371,13 @@ class Relations:
             )
         if any(body.find_all(exp.Window)) or body.args.get("qualify"):
             raise UnsupportedQuery("window functions over private data are not allowed")
-        for modifier in ("limit", "offset", "order", "fetch"):
-            if body.args.get(modifier) is not None:
-                raise UnsupportedQuery(
-                    f"{modifier.upper()} inside a subquery over private data is not allowed: "
-                    "which rows it keeps depends on other units"
-                )
+        if any(body.args.get(m) is not None for m in ("limit", "offset", "order", "fetch")):
+            raise UnsupportedQuery(
+                "ORDER BY, LIMIT and OFFSET inside a subquery over private data are not "
+                "allowed: the rows a LIMIT keeps depend on other units' rows"
+            )
         if body.args.get("sample") or any(body.find_all(exp.TableSample)):
             raise UnsupportedQuery("sampling private data is not allowed")
-        if any(body.find_all(Clamped)):
-            raise InvalidOption("CLAMPED BETWEEN belongs to aggregates of the outermost SELECT")
 
     def _aggregates(self, node: exp.Expr) -> bool:
         return any(

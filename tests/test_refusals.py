@@ -731,27 +731,117 @@ CASES = [
         "clause-twice",
     ),
     case(f"SELECT COUNT(*) FROM visits {U} BOUND SAMPLE 5", QuerySyntaxError, "unknown-strategy"),
-    # -- subqueries and CTEs over private data (not supported yet) -----------------------------
+    # -- subqueries and CTEs over private data: row-level, keeping the unit ---------------------
     case(
-        f"SELECT COUNT(*) FROM (SELECT * FROM visits) AS s {U}",
-        UnsupportedQuery,
-        "subquery-in-from",
+        f"SELECT COUNT(*) FROM (SELECT site, amount FROM visits) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-drops-unit",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT user_id, amount FROM visits) AS s {U}",
-        UnsupportedQuery,
-        "subquery-keeping-unit",
+        f"WITH c AS (SELECT site FROM visits) SELECT COUNT(*) FROM c {U}",
+        InvalidPrivacyUnit,
+        "cte-drops-unit",
     ),
-    case(f"WITH c AS (SELECT * FROM visits) SELECT COUNT(*) FROM c {U}", UnsupportedQuery, "cte"),
     case(
-        f"WITH c AS (SELECT user_id FROM visits WHERE amount > 0) SELECT COUNT(*) FROM c {U}",
-        UnsupportedQuery,
-        "cte-keeping-unit",
+        f"SELECT COUNT(*) FROM (SELECT user_id + 1 AS user_id FROM visits) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-computes-unit",
     ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT site AS user_id FROM visits) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-renames-other-column-to-unit",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT * REPLACE (1 AS user_id) FROM visits) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-star-replaces-unit",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT * EXCLUDE (user_id) FROM visits) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-star-excludes-unit",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) "
+        f"AS s {U}",
+        UnsupportedQuery,
+        "subquery-aggregates",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id, MAX(amount) OVER () AS m FROM visits) AS s {U}",
+        UnsupportedQuery,
+        "subquery-window",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id FROM visits QUALIFY row_number() OVER () < 3) "
+        f"AS s {U}",
+        UnsupportedQuery,
+        "subquery-qualify",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT DISTINCT user_id, site FROM visits) AS s {U}",
+        UnsupportedQuery,
+        "subquery-distinct",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id FROM visits LIMIT 10) AS s {U}",
+        UnsupportedQuery,
+        "subquery-limit",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id FROM visits ORDER BY amount) AS s {U}",
+        UnsupportedQuery,
+        "subquery-order-by",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id FROM visits USING SAMPLE 10%) AS s {U}",
+        UnsupportedQuery,
+        "subquery-sample",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT * FROM visits UNION ALL SELECT * FROM visits) AS s {U}",
+        UnsupportedQuery,
+        "subquery-union-all",
+    ),
+    case(
+        f"WITH RECURSIVE r AS (SELECT user_id FROM visits UNION ALL SELECT user_id FROM r "
+        f"WHERE false) SELECT COUNT(*) FROM r {U}",
+        UnsupportedQuery,
+        "recursive-cte",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT * FROM visits) AS s(a, b, c, d, e) "
+        "PRIVACY_UNIT a BOUND ROWS 5",
+        UnsupportedQuery,
+        "subquery-column-aliases",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM (SELECT user_id FROM visits WHERE site IN "
+        f"(SELECT site FROM visits)) AS s {U}",
+        UnsupportedQuery,
+        "subquery-reads-private-in-where",
+    ),
+    case(
+        f"WITH c AS (SELECT * FROM visits) SELECT COUNT(*) FROM visits {U}",
+        UnsupportedQuery,
+        "unused-private-cte",
+    ),
+    # -- private data anywhere but FROM --------------------------------------------------------
     case(
         f"SELECT COUNT(*) FROM sites WHERE site IN (SELECT site FROM visits) {U}",
         UnsupportedQuery,
         "private-in-where-subquery",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits WHERE site IN (SELECT site FROM visits) {U}",
+        UnsupportedQuery,
+        "private-in-where-subquery-of-private-query",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits WHERE amount > (SELECT AVG(amount) FROM visits) {U}",
+        UnsupportedQuery,
+        "private-scalar-subquery-in-where",
     ),
     case(
         f"SELECT COUNT(*), (SELECT COUNT(*) FROM visits) FROM sites {U}",
@@ -759,14 +849,47 @@ CASES = [
         "private-scalar-subquery",
     ),
     case(
+        f"SELECT COUNT(*) + (SELECT COUNT(*) FROM visits) FROM visits {U}",
+        UnsupportedQuery,
+        "private-scalar-subquery-in-output",
+    ),
+    case(
         f"SELECT COUNT(*) FROM sites WHERE EXISTS (SELECT 1 FROM visits) {U}",
         UnsupportedQuery,
         "private-exists-subquery",
     ),
     case(
+        f"SELECT COUNT(*) FROM visits AS v WHERE NOT EXISTS (SELECT 1 FROM visits AS w "
+        f"WHERE w.user_id = v.user_id AND w.amount > v.amount) {V}",
+        UnsupportedQuery,
+        "private-correlated-exists",
+    ),
+    case(
+        f"SELECT site, COUNT(*) FROM visits GROUP BY site "
+        f"HAVING COUNT(*) > (SELECT COUNT(*) FROM visits) {U}",
+        UnsupportedQuery,
+        "private-in-having-subquery",
+    ),
+    case(
+        f"SELECT site, COUNT(*) FROM visits GROUP BY site "
+        f"ORDER BY (SELECT COUNT(*) FROM visits) {U}",
+        UnsupportedQuery,
+        "private-in-order-by-subquery",
+    ),
+    case(
         f"SELECT COUNT(*) FROM visits {U} LIMIT (SELECT COUNT(*) FROM visits)",
         UnsupportedQuery,
         "private-in-limit",
+    ),
+    case(
+        f"SELECT COUNT(*) {JOIN} AND s.site IN (SELECT site FROM visits) {V}",
+        UnsupportedQuery,
+        "private-in-on-subquery",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits GROUP BY (SELECT MAX(site) FROM visits) {U}",
+        UnsupportedQuery,
+        "private-in-group-by-subquery",
     ),
     case(f"SELECT COUNT(*) FROM visits, LATERAL (SELECT 1) {U}", UnsupportedQuery, "lateral"),
     case(
@@ -774,18 +897,40 @@ CASES = [
         InvalidOption,
         "clause-in-subquery",
     ),
-    # -- joins of two private sources (not supported yet) --------------------------------------
+    # -- PIVOT / UNPIVOT over private data -----------------------------------------------------
     case(
-        "SELECT COUNT(*) FROM visits AS a JOIN visits AS b ON a.user_id = b.user_id "
-        "PRIVACY_UNIT a.user_id BOUND ROWS 5",
+        f"SELECT COUNT(*) FROM (PIVOT visits ON site USING COUNT(*)) {U}",
         UnsupportedQuery,
-        "self-join-on-unit",
+        "pivot-in-from",
     ),
+    case(
+        f"SELECT COUNT(*) FROM (UNPIVOT visits ON site INTO NAME k VALUE v) {U}",
+        UnsupportedQuery,
+        "unpivot-in-from",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits PIVOT (COUNT(*) FOR site IN ('a')) {U}",
+        UnsupportedQuery,
+        "pivot-clause",
+    ),
+    # -- joins of private sources: only on the privacy unit ------------------------------------
     case(
         "SELECT COUNT(*) FROM visits AS a JOIN visits AS b ON a.site = b.site "
         "PRIVACY_UNIT a.user_id BOUND ROWS 5",
         UnsupportedQuery,
         "self-join-not-on-unit",
+    ),
+    case(
+        "SELECT COUNT(*) FROM visits AS a JOIN visits AS b "
+        "ON a.user_id = b.user_id OR a.site = b.site PRIVACY_UNIT a.user_id BOUND ROWS 5",
+        UnsupportedQuery,
+        "self-join-on-unit-or-other",
+    ),
+    case(
+        "SELECT COUNT(*) FROM visits AS a JOIN visits AS b ON a.user_id < b.user_id "
+        "PRIVACY_UNIT a.user_id BOUND ROWS 5",
+        UnsupportedQuery,
+        "self-join-unit-inequality",
     ),
     case(
         "SELECT COUNT(*) FROM visits AS a CROSS JOIN visits AS b "
@@ -799,15 +944,48 @@ CASES = [
         "private-comma-join",
     ),
     case(
-        f"SELECT COUNT(*) FROM visits AS v JOIN other AS o ON v.user_id = o.user_id {V}",
+        f"SELECT COUNT(*) FROM visits AS v JOIN other AS o ON v.site = o.x {V}",
         UnsupportedQuery,
-        "join-undeclared-table",
+        "join-undeclared-not-on-unit",
     ),
     case(
-        "SELECT COUNT(*) FROM visits AS v JOIN read_parquet('{parquet}') AS f "
-        f"ON v.user_id = f.user_id {V}",
+        "SELECT COUNT(*) FROM other AS a JOIN other AS b ON a.user_id = b.x "
+        "PRIVACY_UNIT a.user_id BOUND ROWS 5",
         UnsupportedQuery,
-        "join-parquet",
+        "same-source-two-unit-columns",
+    ),
+    case(
+        "SELECT COUNT(*) FROM visits AS a JOIN (SELECT user_id, amount FROM visits) AS b "
+        "ON a.user_id = b.amount PRIVACY_UNIT a.user_id BOUND ROWS 5",
+        UnsupportedQuery,
+        "join-derived-not-on-unit",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits AS v POSITIONAL JOIN sites AS s {V}",
+        UnsupportedQuery,
+        "positional-join",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM visits AS v ASOF JOIN sites AS s ON v.site >= s.site {V}",
+        UnsupportedQuery,
+        "asof-join",
+    ),
+    case(
+        f"SELECT COUNT(*) FROM sites AS s SEMI JOIN visits AS v ON v.site = s.site {V}",
+        InvalidPrivacyUnit,
+        "semi-join-drops-unit",
+    ),
+    # -- file readers: literal paths only ------------------------------------------------------
+    case(
+        "SELECT COUNT(*) FROM read_parquet('{parquet}' || '') AS f "
+        "PRIVACY_UNIT f.user_id BOUND ROWS 5",
+        StatementNotAllowed,
+        "read-parquet-computed-path",
+    ),
+    case(
+        "SELECT COUNT(*) FROM read_csv(['/etc/' || 'hostname']) PRIVACY_UNIT column0 BOUND ROWS 5",
+        StatementNotAllowed,
+        "read-csv-computed-path-list",
     ),
     # -- the budget ----------------------------------------------------------------------------
     case(f"SELECT COUNT(*) FROM visits {U} EPSILON 2", BudgetExceeded, "over-budget"),
