@@ -811,7 +811,7 @@ CASES = [
         "recursive-cte",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT * FROM visits) AS s(a, b, c, d, e) "
+        "SELECT COUNT(*) FROM (SELECT * FROM visits) AS s(a, b, c, d, e) "
         "PRIVACY_UNIT a BOUND ROWS 5",
         UnsupportedQuery,
         "subquery-column-aliases",
