@@ -179,9 +179,7 @@ def analyze(
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
-    for source in private:
-        if isinstance(source.this, exp.Func) and not source.alias:
-            source.set("alias", exp.TableAlias(this=exp.to_identifier(_function_name(source.this))))
+    _name_unnamed_items(select, private)
     clause = select.args.get("privacy")
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
@@ -212,6 +210,22 @@ def analyze(
         aggregates=aggregates,
         sources=tuple(_sources(select)),
     )
+
+
+def _name_unnamed_items(select: exp.Select, private: list[exp.Table]) -> None:
+    """Alias file readers by their function's name and derived tables as DuckDB does
+    (``unnamed_subquery``, numbered), so the unit column can be qualified."""
+    for source in private:
+        if isinstance(source.this, exp.Func) and not source.alias:
+            source.set("alias", exp.TableAlias(this=exp.to_identifier(_function_name(source.this))))
+    unnamed = [
+        s
+        for s in select.find_all(exp.Subquery)
+        if isinstance(s.parent, (exp.From, exp.Join)) and not s.alias
+    ]
+    for i, subquery in enumerate(unnamed):
+        name = "unnamed_subquery" + (str(i) if i else "")
+        subquery.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
 
 
 def _function_name(node: exp.Expr) -> str:
