@@ -16,15 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 import pytest
+from exact_release import IDENTITY, install
 
 import privsql
 from rewriter.analyze import analyze
-from rewriter.generate import Functions, generate
+from rewriter.generate import generate
 from rewriter.plan import Plan, plan
 
-IDENTITY = Functions(noise="exact_value", keep="keep_all", quantile="no_quantile")
 SECRET = {"privsql_secret": 7}
 
 # Three units and one row without a unit. visits: u1 has 3 rows, u2 2, u3 1; notes hold
@@ -43,20 +42,6 @@ CREATE TABLE dup AS SELECT 'a' AS site, range AS copy FROM range(1000);
 """
 
 
-def _identity(con: duckdb.DuckDBPyConnection) -> None:
-    hugeint, double, bigint = (duckdb.sqltype(t) for t in ("HUGEINT", "DOUBLE", "BIGINT"))
-    con.create_function(
-        "exact_value", lambda v, s, e: v, [hugeint, hugeint, double], hugeint, type="arrow"
-    )
-    con.create_function(
-        "keep_all",
-        lambda u, g, e, d: pa.array([True] * len(u)),
-        [bigint, bigint, double, double],
-        duckdb.sqltype("BOOLEAN"),
-        type="arrow",
-    )
-
-
 @pytest.fixture(scope="module")
 def other_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shapes") / "other.parquet"
@@ -71,7 +56,7 @@ def other_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def db(other_parquet: Path):
     con = duckdb.connect()
     con.execute(TABLES)
-    _identity(con)
+    install(con)
     session = privsql.connect(con, budget=1e9, seed=1, insecure=True)
     session.protect("visits", privacy_unit="user_id", bounds={"amount": (0, 50)})
     session.protect("orders", privacy_unit="uid", bounds={"total": (0, 10)})

@@ -14,35 +14,20 @@ from __future__ import annotations
 import math
 
 import duckdb
-import pyarrow as pa
 import pytest
+from exact_release import IDENTITY, install
 
 import privsql
 import udfs
 from rewriter.analyze import analyze
 from rewriter.dialect import to_sql
-from rewriter.generate import Functions, bounds_sql, generate, threshold_sql
+from rewriter.generate import bounds_sql, generate, threshold_sql
 from rewriter.plan import CANDIDATES, MAGNITUDES, plan
 
 stats = pytest.importorskip("scipy.stats")
 
-IDENTITY = Functions(noise="exact_value", keep="keep_all", quantile="no_quantile")
 SAMPLES = 20_000
 CONFIDENCE_Z = 5.3  # each proportion's bound fails with probability < 1e-7
-
-
-def _identity(con: duckdb.DuckDBPyConnection) -> None:
-    hugeint, double, bigint = (duckdb.sqltype(t) for t in ("HUGEINT", "DOUBLE", "BIGINT"))
-    con.create_function(
-        "exact_value", lambda v, s, e: v, [hugeint, hugeint, double], hugeint, type="arrow"
-    )
-    con.create_function(
-        "keep_all",
-        lambda u, g, e, d: pa.array([True] * len(u)),
-        [bigint, bigint, double, double],
-        duckdb.sqltype("BOOLEAN"),
-        type="arrow",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +39,7 @@ def neighbours():
         "CREATE TABLE visits AS SELECT floor(300 * pow(random(), 3))::INT AS uid, "
         "(range % 4)::INT AS g, random() * 100 AS v FROM range(20000)"
     )
-    _identity(con)
+    install(con)
     yield con
     con.close()
 
