@@ -21,6 +21,7 @@ from fractions import Fraction
 from numbers import Rational, Real
 
 from udfs.random import RandomSource
+from udfs.weakening import noise_epsilon
 
 __all__ = ["bernoulli_exp", "sample_discrete_laplace", "scale_of"]
 
@@ -178,6 +179,6 @@ def scale_of(sensitivity: int, epsilon: float) -> tuple[int, int]:
     is the caller's business); ``epsilon`` must be finite and > 0.
     """
     delta = _check_sensitivity(sensitivity)
-    eps = _check_epsilon(epsilon)
+    eps = noise_epsilon(_check_epsilon(epsilon))
     t = Fraction(delta) / eps
     return t.numerator, t.denominator

@@ -44,6 +44,7 @@ from udfs.selection import (
     _exact_rational,
     _permute_and_flip_integers,
 )
+from udfs.weakening import noise_epsilon
 
 __all__ = [
     "private_quantile",
@@ -177,7 +178,7 @@ def _private_bucket_point(
     if lo == hi:
         return float(lo)
     a, d = prob.numerator, prob.denominator
-    scale = eps / (2 * unit_mass * max(a, d - a))
+    scale = noise_epsilon(eps) / (2 * unit_mass * max(a, d - a))
     bucket = _permute_and_flip_integers(
         _scaled_scores(masses, prob), scale.numerator, scale.denominator, rng
     )

@@ -40,6 +40,7 @@ from numbers import Rational
 
 from udfs.discrete_laplace import _check_epsilon, bernoulli_exp, positive_real
 from udfs.random import RandomSource
+from udfs.weakening import noise_epsilon
 
 __all__ = ["permute_and_flip"]
 
@@ -120,5 +121,5 @@ def permute_and_flip(
         values = [_exact_rational(s, "score") for s in integer_scores]
         common = math.lcm(*(v.denominator for v in values))
         integer_scores = [v.numerator * (common // v.denominator) for v in values]
-    scale = eps / (2 * delta * common)
+    scale = noise_epsilon(eps) / (2 * delta * common)
     return _permute_and_flip_integers(integer_scores, scale.numerator, scale.denominator, rng)
