@@ -74,6 +74,8 @@ class Relations:
         self.units: dict[str, str] = {}
         self.linked: dict[int, str] = {}
         """Unit column name by private item (``id``), for every item resolved so far."""
+        self.unit_item: exp.Expr | None = None
+        """The item of the outer FROM that carries the unit ``PRIVACY_UNIT`` names."""
 
     # -- what an item is ------------------------------------------------------------------
 
@@ -156,6 +158,7 @@ class Relations:
             )
         self.verify(item, unit.name)
         self.link(self.outer, item)
+        self.unit_item = item
         return exp.column(self.linked[id(item)], table=_label(item), quoted=True), item
 
     def verify(self, item: exp.Expr, name: str) -> None:
@@ -222,10 +225,17 @@ class Relations:
         return name
 
     def _output(self, body: exp.Select, name: str) -> tuple[exp.Expr, str] | None:
-        """The inner item and column a derived table's output ``name`` passes through."""
+        """The inner item and column a derived table's output ``name`` passes through.
+
+        An unqualified column merged by USING or NATURAL in a RIGHT or FULL join is the
+        COALESCE of both sides — not a column of either — and passes nothing through.
+        """
+        merged = _merges_columns(body)
         for output in body.expressions:
             covered = _star_of(output)
             if covered is not None:
+                if merged and output is covered:
+                    break
                 if covered.args.get("replace") and any(
                     r.alias_or_name.lower() == name.lower() for r in covered.args["replace"]
                 ):
@@ -240,6 +250,8 @@ class Relations:
             if output.alias_or_name.lower() != name.lower():
                 continue
             column = output.unalias()
+            if merged and isinstance(column, exp.Column) and not column.table:
+                break
             if isinstance(column, exp.Column) and not isinstance(column.this, exp.Star):
                 inner = self.item_of(column, body)
                 if inner is not None:
@@ -297,9 +309,13 @@ class Relations:
         return self.linked.get(id(item), "").lower() == name.lower()
 
     def is_unit(self, column: exp.Column) -> bool:
-        """Whether a column of the outer SELECT is the unit column of a private item."""
+        """Whether a column of the outer SELECT is the unit the query names.
+
+        Another item's unit column equals it on inner-joined rows but may be NULL where an
+        outer join found no match, so COUNT(DISTINCT) of it would not count units.
+        """
         item = self.item_of(column, self.outer)
-        return item is not None and self._is_unit(item, column.name)
+        return item is self.unit_item and self._is_unit(item, column.name)
 
     def _equalities(
         self, select: exp.Select
@@ -408,6 +424,15 @@ class Relations:
 
 def _label(item: exp.Expr) -> str:
     return item.alias_or_name
+
+
+def _merges_columns(select: exp.Select) -> bool:
+    """Whether a RIGHT or FULL join of ``select`` merges same-named columns (USING, NATURAL)."""
+    return any(
+        (join.side or "").upper() in ("RIGHT", "FULL")
+        and (join.args.get("using") or (join.method or "").upper() == "NATURAL")
+        for join in select.args.get("joins") or []
+    )
 
 
 def _star_of(output: exp.Expr) -> exp.Expr | None:

@@ -175,6 +175,20 @@ SHAPES = [
         id="left-join-private-on-unit",
     ),
     pytest.param(
+        "SELECT COUNT(DISTINCT v.user_id) AS units FROM visits AS v LEFT JOIN orders AS o "
+        f"ON v.user_id = o.uid PRIVACY_UNIT v.user_id {R}",
+        None,
+        [(3,)],
+        id="count-distinct-unit-left-join",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM (SELECT v.user_id FROM visits AS v FULL JOIN "
+        f"(SELECT 9 AS user_id) AS p USING (user_id)) AS s PRIVACY_UNIT user_id {R}",
+        None,
+        [(6,)],  # the public row matches no unit: its NULL v.user_id is dropped
+        id="subquery-full-join-qualified-unit",
+    ),
+    pytest.param(
         "SELECT COUNT(*) AS n FROM visits AS a JOIN visits AS b "
         f"ON a.user_id = b.user_id AND a.amount < b.amount PRIVACY_UNIT a.user_id {R}",
         None,

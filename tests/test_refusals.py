@@ -975,6 +975,24 @@ CASES = [
         InvalidPrivacyUnit,
         "semi-join-drops-unit",
     ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id FROM visits FULL JOIN "
+        f"(SELECT 900001 AS user_id) AS p USING (user_id)) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-unit-merged-by-full-join-using",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT * FROM visits NATURAL RIGHT JOIN "
+        f"(SELECT 900001 AS user_id) AS p) AS s {U}",
+        InvalidPrivacyUnit,
+        "subquery-unit-merged-by-natural-right-join",
+    ),
+    case(
+        "SELECT COUNT(DISTINCT o.user_id) FROM visits AS v LEFT JOIN other AS o "
+        f"ON v.user_id = o.user_id {V}",
+        NonDPAggregate,
+        "count-distinct-joined-unit-column",
+    ),
     # -- file readers: literal paths only ------------------------------------------------------
     case(
         "SELECT COUNT(*) FROM read_parquet('{parquet}' || '') AS f "
