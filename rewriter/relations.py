@@ -67,6 +67,9 @@ class Relations:
     def __init__(self, select: exp.Select, catalog: Catalog, private: list[exp.Table]) -> None:
         self.outer = select
         self.catalog = catalog
+        names = [cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)]
+        if len(set(names)) < len(names):
+            raise UnsupportedQuery("two CTEs share a name: give each CTE its own name")
         self.ctes = {cte.alias_or_name.lower(): cte.this for cte in select.find_all(exp.CTE)}
         self._private = {id(t) for t in private}
         self._reads: dict[int, bool] = {}

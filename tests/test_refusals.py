@@ -827,6 +827,12 @@ CASES = [
         UnsupportedQuery,
         "unused-private-cte",
     ),
+    case(
+        "WITH c AS (SELECT site AS user_id FROM visits) SELECT COUNT(*) FROM c, "
+        f"(WITH c AS (SELECT 1 AS user_id) SELECT * FROM c) AS d {U}",
+        UnsupportedQuery,
+        "cte-name-shadowed",
+    ),
     # -- private data anywhere but FROM --------------------------------------------------------
     case(
         f"SELECT COUNT(*) FROM sites WHERE site IN (SELECT site FROM visits) {U}",
