@@ -2,7 +2,8 @@
 
 Registering these under the names of ``IDENTITY`` and generating with it runs the private
 statement as privsql would, except that each measurement is released as it is and every
-group is kept: what remains is exactly what the rewritten SQL enforces.
+group is kept: what remains is exactly what the rewritten SQL enforces. A quantile is
+released as 0: its exact input is the histogram (the ``__hist*`` stages).
 """
 
 from __future__ import annotations
@@ -26,5 +27,13 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
         lambda u, g, e, d: pa.array([True] * len(u)),
         [bigint, bigint, double, double],
         duckdb.sqltype("BOOLEAN"),
+        type="arrow",
+    )
+    con.create_function(
+        "no_quantile",
+        lambda b, w, p, lo, hi, n, e, u: pa.array([0.0] * len(b)),
+        [duckdb.sqltype(t) for t in ("INTEGER[]", "HUGEINT[]", "DOUBLE", "DOUBLE", "DOUBLE")]
+        + [duckdb.sqltype("INTEGER"), double, hugeint],
+        double,
         type="arrow",
     )

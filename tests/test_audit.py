@@ -27,6 +27,7 @@ import neighbours
 import numpy as np
 import pytest
 from auditor import Report, Sampler, audit
+from exact_release import install
 
 import privsql
 import udfs
@@ -55,7 +56,7 @@ def database(*statements: str) -> Iterator[tuple[duckdb.DuckDBPyConnection, priv
     connection = duckdb.connect()
     for statement in statements:
         connection.execute(statement)
-    neighbours.register_exact(connection)
+    install(connection)
     session = privsql.connect(connection, budget=1e9, seed=20261121, insecure=True)
     yield connection, session
     session.close()

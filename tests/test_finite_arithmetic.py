@@ -27,6 +27,7 @@ import duckdb
 import neighbours
 import pyarrow as pa
 import pytest
+from exact_release import install
 
 import privsql
 from rewriter.analyze import analyze
@@ -80,7 +81,7 @@ def clamped(x: float, low: float, high: float) -> Fraction:
 @pytest.fixture
 def session() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     con = duckdb.connect()
-    neighbours.register_exact(con)
+    install(con)
     db = privsql.connect(con, budget=1e9, seed=1, insecure=True)
     yield con, db
     db.close()

@@ -1,8 +1,9 @@
 """Property tests over a grammar of accepted and refused privsql queries (hypothesis).
 
 Accepted shapes combine DP aggregates (COUNT, COUNT(col), COUNT(DISTINCT unit), SUM, AVG,
-quantiles, STDDEV/VARIANCE, with CLAMPED bounds), GROUP BY keys with public or private
-domains, WHERE filters, post-processing (arithmetic, ROUND, CASE, HAVING, ORDER BY,
+quantiles, STDDEV/VARIANCE, with CLAMPED bounds) over a table, a derived table or CTE
+keeping the unit, or a join of private tables on the unit, GROUP BY keys with public or
+private domains, WHERE filters, post-processing (arithmetic, ROUND, CASE, HAVING, ORDER BY,
 LIMIT) and every BOUND option. For each:
 
 * the generated statement releases only noise-function calls, and the analyst's SELECT
@@ -11,7 +12,8 @@ LIMIT) and every BOUND option. For each:
 * the ledger is charged the answer's ε.
 
 Refused shapes insert one forbidden feature (a raw column, MIN/MAX, an unbounded SUM, a
-window, a subquery over private data that drops the unit, DDL/DML, set operations, ...)
+window, sampling, a derived table or CTE that drops the unit or limits rows, a join of
+private tables not on the unit, DDL/DML, SUMMARIZE, PIVOT, set operations, ...)
 into an otherwise valid query. For each: a ``PrivacyError``, nothing charged, and no
 planted private value (amounts 987654.321…, unit names, notes) in the message.
 """
@@ -44,7 +46,10 @@ SELECT 'unit_zyx_' || (i % {UNITS}) AS user_id,
        987654.321 + (i % 7) * 0.001 AS amount,
        (i % 50)::DOUBLE AS minutes,
        'PLANTED_NOTE_' || i AS note
-FROM range({ROWS}) AS r(i)
+FROM range({ROWS}) AS r(i);
+CREATE TABLE orders AS
+SELECT 'unit_zyx_' || (i % {UNITS // 2}) AS uid, 987654.5 + i AS total
+FROM range({UNITS}) AS r(i)
 """
 SITES = (
     "CREATE TABLE sites AS SELECT * FROM (VALUES ('a', 'north'), ('b', 'south')) AS s(site, region)"
@@ -65,6 +70,7 @@ def session(seed: int) -> privsql.Session:
     con.execute(SITES)
     db = privsql.connect(con, budget=1e9, epsilon=1.0, seed=seed, insecure=True)
     db.protect("visits", privacy_unit="user_id", keys={"site": ["a", "b", "c"]})
+    db.protect("orders", privacy_unit="uid")
     db.public("sites")
     return db
 
@@ -136,6 +142,17 @@ filters = st.sampled_from(
 )
 
 
+relations = st.sampled_from(
+    [
+        ("", "visits"),
+        ("", "(SELECT user_id, site, minutes, amount, note FROM visits WHERE minutes > 0) visits"),
+        ("WITH recent AS (SELECT * FROM visits WHERE minutes < 45)", "recent AS visits"),
+        ("", "visits JOIN orders ON visits.user_id = orders.uid"),  # private join on the unit
+    ]
+)
+"""The private relation: a table, a derived table or CTE keeping the unit, or a join of
+two private tables on the unit."""
+
 CONTINUOUS = ("SUM(", "MEDIAN(", "QUANTILE(")
 """Aggregates whose released value repeats across seeds with probability below 2⁻⁴⁰
 (a SUM's noise is on a grid of ~2⁴⁰ steps per bound; a quantile is a uniform point)."""
@@ -149,11 +166,12 @@ def accepted(draw: st.DrawFn) -> tuple[str, list[int]]:
     chosen = draw(st.lists(aggregates(clip), min_size=1, max_size=3, unique=True))
     outputs = [draw(post_processed(a)) for a in chosen]
     grouped = draw(st.sampled_from(["none", "site", "region", "minutes"]))
-    source, keys, group = "visits", [], ""
+    prefix, source = draw(relations)
+    keys, group = [], ""
     if grouped in ("site", "minutes"):  # public (declared) and private keys
         keys, group = [grouped], f"GROUP BY {grouped}"
     elif grouped == "region":  # a key whose domain is a public table's column
-        source = "visits JOIN sites ON visits.site = sites.site"
+        source += " JOIN sites ON visits.site = sites.site"
         keys, group = ["region"], "GROUP BY region"
     select = ", ".join([*keys, *(f"{o} AS out{i}" for i, o in enumerate(outputs))])
     tail = ""
@@ -167,7 +185,7 @@ def accepted(draw: st.DrawFn) -> tuple[str, list[int]]:
     if keys:
         options += f" MAX_GROUPS {draw(st.sampled_from([1, 2]))}"
     options += f" EPSILON {draw(st.sampled_from(['0.3', '1']))}"
-    sql = f"SELECT {select} FROM {source} {draw(filters)} {group}{tail} {options}"
+    sql = f"{prefix} SELECT {select} FROM {source} {draw(filters)} {group}{tail} {options}"
     continuous = [
         len(keys) + i
         for i, (o, a) in enumerate(zip(outputs, chosen, strict=True))
@@ -248,6 +266,16 @@ REFUSED_SELECTS = [
     "SELECT string_agg(note, ',') FROM visits {where} PRIVACY_UNIT user_id {bound}",
     "SELECT COUNT(DISTINCT note) FROM visits {where} PRIVACY_UNIT user_id {bound}",
     "SELECT COUNT(*) FROM visits {where} PRIVACY_UNIT user_id {bound} EPSILON -1",
+    "SELECT COUNT(*) FROM visits USING SAMPLE 10% {where} PRIVACY_UNIT user_id {bound}",
+    "SELECT COUNT(*) FROM (SELECT user_id, row_number() OVER () AS r FROM visits) AS t "
+    "PRIVACY_UNIT user_id {bound}",
+    "SELECT COUNT(*) FROM (SELECT user_id FROM visits LIMIT 5) AS t PRIVACY_UNIT user_id {bound}",
+    "WITH t AS (SELECT site FROM visits) SELECT COUNT(*) FROM t PRIVACY_UNIT user_id {bound}",
+    "SELECT COUNT(*) FROM visits AS a JOIN visits AS b ON a.site = b.site "
+    "PRIVACY_UNIT a.user_id {bound}",
+    "SELECT COUNT(*) FROM visits JOIN orders ON visits.minutes = orders.total {where} "
+    "PRIVACY_UNIT user_id {bound}",
+    "SELECT COUNT(*) FROM visits CROSS JOIN orders {where} PRIVACY_UNIT user_id {bound}",
 ]
 STATEMENTS = [
     "DROP TABLE visits",
@@ -260,6 +288,9 @@ STATEMENTS = [
     "PRAGMA table_info('visits')",
     "SET threads = 1",
     "EXPORT DATABASE 'dump'",
+    "SUMMARIZE visits",
+    "PIVOT visits ON site USING COUNT(*)",
+    "DESCRIBE SELECT amount FROM visits",
 ]
 
 
