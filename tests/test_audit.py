@@ -144,7 +144,7 @@ def test_laplace_releases(visits, statistic, strategy, weaken, full):
     every bounding strategy: ε-DP at the declared ε, detected when the noise is too small."""
     con, db = visits
     aggregate = STATISTICS.get(statistic, statistic)
-    sql = f"SELECT {aggregate} FROM visits PRIVACY_UNIT uid {strategy} EPSILON 1"
+    sql = f"SELECT {aggregate} FROM visits PRIVACY_UNIT uid {strategy} EPSILON 2"
     query_plan = planned(db, sql)
     exact = on_neighbours(con, query_plan, neighbours.measurements)
     for m in query_plan.measurements:  # the intruder saturates every sensitivity
@@ -192,7 +192,7 @@ def test_quantile(medians, strategy, weaken, full):
     """MEDIAN by permute-and-flip over the histogram the SQL builds. The default run
     merges it into 64 buckets (same function, 60× faster); the full run uses all 4096."""
     con, db = medians
-    sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid {strategy} EPSILON 1"
+    sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid {strategy} EPSILON 2"
     query_plan = planned(db, sql)
     (m,) = query_plan.measurements
     exact = on_neighbours(con, query_plan, histogram)
@@ -210,18 +210,18 @@ def test_quantile(medians, strategy, weaken, full):
         check(audit(sample, m.epsilon, samples=samples, selection_samples=samples // 4), weaken)
 
 
-THRESHOLD = udfs.partition_threshold(1, 0.5, 1e-6)
-"""The public partition-selection threshold of the query below (ε_p = 0.5, δ = 10⁻⁶)."""
+THRESHOLD = udfs.partition_threshold(1, 1.0, 1e-6)
+"""The public partition-selection threshold of the query below (ε_p = 1, δ = 10⁻⁶)."""
 
 
 @pytest.fixture(scope="module")
 def keys() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
-    """D for partition selection: key 0 held by T − 2 units, so that D' (one more unit)
-    puts the noisy count at the threshold's edge, where the keep decision is most
-    sensitive; key 1 held by 100 units."""
+    """D for partition selection: key 0 held by T − 1 units and, in D', by T: the keep
+    probabilities are then P(Z ≥ 1) and P(Z ≥ 0), whose ratio is exactly e^ε_p, the most
+    the decision may reveal; key 1 is held by 100 units."""
     yield from database(
         "CREATE TABLE visits AS SELECT range AS uid, 0 AS g, 1.0::DOUBLE AS v "
-        f"FROM range({THRESHOLD - 2}) UNION ALL SELECT 10000 + range, 1, 1.0 FROM range(100)"
+        f"FROM range({THRESHOLD - 1}) UNION ALL SELECT 10000 + range, 1, 1.0 FROM range(100)"
     )
 
 
@@ -230,13 +230,13 @@ def keys() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
 def test_partition_selection(keys, weaken, full):
     """Non-public GROUP BY keys: the keep decision is (ε_p, δ)-DP at its declared ε_p."""
     con, db = keys
-    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 1"
+    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
     query_plan = planned(db, sql)
     selection = query_plan.partition
-    assert selection.epsilon == 0.5
+    assert selection.epsilon == 1.0
     units = on_neighbours(con, query_plan, lambda c, p: neighbours.stage(c, p, "__groups"))
     held = [rows[0][1] for rows in units]  # key 0's exact number of units
-    assert held == [THRESHOLD - 2, THRESHOLD - 1]
+    assert held == [THRESHOLD - 1, THRESHOLD]
     rng = udfs.SeededRandom(11, insecure=True)
 
     def sample(neighbour: bool, n: int) -> list[bool]:
