@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 import duckdb
 import neighbours
@@ -37,7 +39,6 @@ from rewriter.plan import BUCKETS, CANDIDATES, Plan, plan
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
-INTRUDER = 999_999
 EXTREME = "INSERT INTO visits SELECT 999999, 0, 1e12 FROM range(10000)"
 """One privacy unit with 10⁴ rows of a value far above every clamp."""
 
@@ -77,7 +78,7 @@ def planned(db: privsql.Session, sql: str, keys: dict | None = None) -> Plan:
     """The plan of ``sql``; an AUTO cap is fixed at what the real search picks on D.
 
     Privacy of the measurements must hold whichever cap the search picks; the search
-    itself is audited separately (``test_threshold_search_passes``).
+    itself is audited separately (``test_rank_rule_threshold_search``).
     """
     query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1.0, delta=1e-6)
     if query_plan.search is None:
@@ -110,9 +111,9 @@ def laplace_sampler(query_plan: Plan, exact: tuple[dict, dict], seed: int) -> Sa
     return sample
 
 
-def audited(sample: Sampler, epsilon: float, delta: float, full: bool, weaken: bool) -> Report:
-    with weaken_noise_for_tests(WEAKENED if weaken else 1.0):
-        return audit(sample, epsilon, delta, **sizes(full))
+def noise(weaken: bool) -> AbstractContextManager[None]:
+    """The shipped noise, or (inside the test-only hook) noise 1.5× too small."""
+    return weaken_noise_for_tests(WEAKENED if weaken else 1.0)
 
 
 def check(report: Report, weaken: bool) -> None:
@@ -152,7 +153,8 @@ def test_laplace_releases(visits, statistic, strategy, weaken, full):
         assert 0.99 * query_plan.sensitivity(m) <= moved <= query_plan.sensitivity(m)
     epsilon = sum(m.epsilon for m in query_plan.measurements)
     sample = laplace_sampler(query_plan, exact, seed=zlib.crc32(f"{statistic} {strategy}".encode()))
-    check(audited(sample, epsilon, 0.0, full, weaken), weaken)
+    with noise(weaken):
+        check(audit(sample, epsilon, **sizes(full)), weaken)
 
 
 QUANTILE_UNITS = 42
@@ -206,7 +208,7 @@ def test_quantile(medians, strategy, weaken, full):
         return [udfs.private_quantile(counts, p, low, high, m.epsilon, rows, rng) for _ in range(n)]
 
     samples = 4_000  # a draw costs ~13 ms over 4096 buckets, ~0.2 ms over 64
-    with weaken_noise_for_tests(WEAKENED if weaken else 1.0):
+    with noise(weaken):
         check(audit(sample, m.epsilon, samples=samples, selection_samples=samples // 4), weaken)
 
 
@@ -243,7 +245,8 @@ def test_partition_selection(keys, weaken, full):
         count = held[neighbour]
         return udfs.keep_partitions([count] * n, 1, selection.epsilon, selection.delta, rng)
 
-    check(audited(sample, selection.epsilon, selection.delta, full, weaken), weaken)
+    with noise(weaken):
+        check(audit(sample, selection.epsilon, selection.delta, **sizes(full)), weaken)
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +280,7 @@ def test_rank_rule_threshold_search(cells, weaken):
         summary = summaries[neighbour]
         return [db._thresholds(query_plan, summary)["rank"] for _ in range(n)]
 
-    with weaken_noise_for_tests(WEAKENED if weaken else 1.0):
+    with noise(weaken):
         check(audit(sample, search.epsilon, samples=3_000, selection_samples=500), weaken)
 
 
@@ -342,7 +345,7 @@ def test_count_and_sum_end_to_end(copies, weaken):
             out.append(np.array([row[1:] for row in result if row[0] % 2 == neighbour]))
         return np.vstack(out)[:n]
 
-    with weaken_noise_for_tests(WEAKENED if weaken else 1.0):
+    with noise(weaken):
         report = audit(sample, 2.0, samples=6_000, selection_samples=2_000)
     check(report, weaken)
 
@@ -350,8 +353,6 @@ def test_count_and_sum_end_to_end(copies, weaken):
 def test_weakening_is_reachable_only_from_python():
     """The hook is a context manager of udfs: nothing in privsql or rewriter reads it,
     and it restores the shipped noise on exit, also after an error."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     for package in ("privsql", "rewriter"):
         for path in (root / package).rglob("*.py"):
