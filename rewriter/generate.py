@@ -206,7 +206,33 @@ def _never_raise_named(item: exp.Expr) -> exp.Expr:
     """A select item of a derived table over private rows, guarded, under the same name."""
     if isinstance(item, (exp.Column, exp.Star)):
         return item.copy()
-    return exp.alias_(_never_raise(item.unalias()), output_name(item), quoted=True)
+    value = item.unalias()
+    guarded = (
+        _aggregate_never_raises(value) if isinstance(value, exp.AggFunc) else _never_raise(value)
+    )
+    return exp.alias_(guarded, output_name(item), quoted=True)
+
+
+def _aggregate_never_raises(node: exp.AggFunc) -> exp.Expr:
+    """A per-unit aggregate (``PER_UNIT_AGGREGATES``) that no value can make fail: its
+    arguments guarded, SUM and AVG taken in DOUBLE (±inf where an integer sum overflows)."""
+    in_double = isinstance(node, (exp.Sum, exp.Avg))
+
+    def guard(argument: exp.Expr) -> exp.Expr:
+        if isinstance(argument, exp.Star):
+            return argument.copy()
+        if isinstance(argument, exp.Distinct):
+            return exp.Distinct(expressions=[guard(e) for e in argument.expressions])
+        guarded = _never_raise(argument)
+        return exp.TryCast(this=guarded, to=exp.DataType.build("DOUBLE")) if in_double else guarded
+
+    aggregate = node.copy()
+    for key, value in node.args.items():
+        if isinstance(value, exp.Expr):
+            aggregate.set(key, guard(value))
+        elif isinstance(value, list):
+            aggregate.set(key, [guard(v) if isinstance(v, exp.Expr) else v for v in value])
+    return aggregate
 
 
 def _never_raise(node: exp.Expr) -> exp.Expr:

@@ -1,12 +1,13 @@
 """Private relations: which FROM items read private data, and which column carries the unit.
 
 Private data may be read only as FROM items: base sources (tables, views, files) and
-derived tables or CTEs whose bodies are row-level SELECTs over private items. Each private
-item exposes one *unit column*, and the private items of one FROM are joined on it. Under
+derived tables or CTEs whose bodies are row-level or per-unit (grouped by the unit) SELECTs
+over private items. Each private item exposes one *unit column*, and the private items of one FROM are joined on it. Under
 these rules every row the outer FROM produces comes from rows of exactly one unit, so
 removing a unit removes exactly the rows derived from it (docs/privacy.md section 2.1).
-Anything else that reads private data — a subquery in WHERE or SELECT, an aggregate or a
-window inside a derived table, a join of private items on another column — is refused.
+Anything else that reads private data — a subquery in WHERE or SELECT, an aggregate across
+units or a window inside a derived table, a join of private items on another column — is
+refused.
 """
 
 from __future__ import annotations
@@ -18,6 +19,25 @@ from sqlglot import exp
 
 from rewriter.catalog import Catalog
 from rewriter.errors import InvalidPrivacyUnit, UnsupportedQuery
+
+PER_UNIT_AGGREGATES = frozenset(
+    {
+        exp.Count,
+        exp.CountIf,
+        exp.Sum,
+        exp.Avg,
+        exp.Min,
+        exp.Max,
+        exp.First,
+        exp.Last,
+        exp.ArgMin,
+        exp.ArgMax,
+        exp.LogicalAnd,
+        exp.LogicalOr,
+    }
+)
+"""Aggregates a per-unit subquery may use: none can fail on a value once its arguments are
+guarded (SUM and AVG are taken in DOUBLE, which saturates at ±inf instead of overflowing)."""
 
 PRIVATE_BODY = "privsql_private_body"
 """Meta flag on the SELECT body of a derived table or CTE over private data: generation
@@ -223,9 +243,53 @@ class Relations:
         inner, inner_name = passed
         if not self.is_private(inner):
             raise InvalidPrivacyUnit(f"{name} of {_label(item)} is not a private unit column")
+        self._refuse_cross_unit_grouping(body, inner, inner_name)
         self.verify(inner, inner_name)
         self.link(body, inner)
         return name
+
+    def _refuse_cross_unit_grouping(self, body: exp.Select, unit: exp.Expr, name: str) -> None:
+        """GROUP BY and aggregates inside a private derived table only per unit.
+
+        Grouped by columns that include the unit, each group holds one unit's rows, so the
+        body still maps a unit's rows to rows of that unit only. Keys are columns and each
+        output a key or one aggregate of ``PER_UNIT_AGGREGATES`` (their arguments guarded
+        at generation), so that no value can make the grouping fail; HAVING and expressions
+        over aggregates belong to the outer query, where they are guarded.
+        """
+        group = body.args.get("group")
+        if not group and not any(self._aggregates(output) for output in body.expressions):
+            return
+        keys = group.expressions if group else []
+        if (
+            not group
+            or any(group.args.get(a) for a in ("rollup", "cube", "grouping_sets", "all"))
+            or not all(isinstance(k, exp.Column) for k in keys)
+            or not any(
+                self.item_of(k, body) is unit and k.name.lower() == name.lower() for k in keys
+            )
+        ):
+            raise UnsupportedQuery(
+                "aggregates inside a subquery over private data must be per unit: GROUP BY "
+                "columns that include the unit column"
+            )
+        if body.args.get("having") is not None:
+            raise UnsupportedQuery(
+                "HAVING inside a subquery over private data is not allowed: filter in the "
+                "outer WHERE"
+            )
+        for output in body.expressions:
+            value = output.unalias()
+            if isinstance(value, exp.Column) or (
+                type(value) in PER_UNIT_AGGREGATES
+                and not any(self._aggregates(a) for a in value.iter_expressions())
+            ):
+                continue
+            raise UnsupportedQuery(
+                f"{output.sql(dialect='duckdb')}: a per-unit subquery outputs its GROUP BY "
+                "columns and single aggregates (COUNT, SUM, AVG, MIN, MAX, ...); compute "
+                "with them in the outer query"
+            )
 
     def _output(self, body: exp.Select, name: str) -> tuple[exp.Expr, str] | None:
         """The inner item and column a derived table's output ``name`` passes through.
@@ -376,18 +440,10 @@ class Relations:
                 )
 
     def _refuse_body_shapes(self, body: exp.Select) -> None:
-        """A derived table or CTE over private data must map each row to at most one row."""
-        if body.args.get("distinct"):
-            raise UnsupportedQuery("DISTINCT inside a subquery over private data mixes units")
-        if (
-            body.args.get("group")
-            or body.args.get("having")
-            or any(self._aggregates(output) for output in body.expressions)
-        ):
-            raise UnsupportedQuery(
-                "aggregates inside a subquery over private data are not allowed: aggregate in "
-                "the outermost SELECT"
-            )
+        """What no derived table or CTE over private data may do: mix rows of several units."""
+        distinct = body.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            raise UnsupportedQuery("DISTINCT ON inside a subquery over private data mixes units")
         if any(body.find_all(exp.Window)) or body.args.get("qualify"):
             raise UnsupportedQuery("window functions over private data are not allowed")
         if any(body.args.get(m) is not None for m in ("limit", "offset", "order", "fetch")):

@@ -159,6 +159,46 @@ SHAPES = [
         [(5,)],  # u1: 2 x 2, u3: 1 x 1
         id="cte-self-join-on-unit",
     ),
+    # -- per-unit GROUP BY and DISTINCT inside them ---------------------------------------------
+    pytest.param(
+        "SELECT SUM(total CLAMPED BETWEEN 0 AND 100) AS s, COUNT(*) AS n FROM "
+        "(SELECT user_id, SUM(amount) AS total FROM visits GROUP BY user_id) AS p "
+        "PRIVACY_UNIT user_id BOUND ROWS 1",
+        None,
+        [(172, 3)],  # per unit: 60, 12, 100
+        id="per-unit-totals",
+    ),
+    pytest.param(
+        "SELECT site, COUNT(*) AS n, SUM(visits CLAMPED BETWEEN 0 AND 10) AS v FROM "
+        "(SELECT user_id, site, COUNT(*) AS visits FROM visits GROUP BY user_id, site) AS p "
+        f"GROUP BY site PRIVACY_UNIT user_id {R} MAX_GROUPS 2 ORDER BY site",
+        {"site": ["a", "b"]},
+        [("a", 2, 3), ("b", 2, 3)],  # a: u1 (2), u3 (1); b: u1 (1), u2 (2)
+        id="per-unit-and-key-counts",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM (SELECT user_id, MAX(CAST(note AS INTEGER)) AS top "
+        "FROM visits GROUP BY user_id) AS p WHERE top IS NOT NULL "
+        f"PRIVACY_UNIT user_id {R}",
+        None,
+        [(1,)],  # only u2 has a note that is a number; the others' casts yield NULL
+        id="per-unit-guarded-aggregate",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM (SELECT user_id, SUM(CAST(amount AS HUGEINT) * "
+        "5000000000000000000000000000000000000) AS s FROM visits GROUP BY user_id) AS p "
+        f"WHERE s > 0 PRIVACY_UNIT user_id {R}",
+        None,
+        [(2,)],  # u1's sum passes HUGEINT's range (summed in DOUBLE); u3's product overflows
+        id="per-unit-sum-cannot-overflow",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM (SELECT DISTINCT user_id, site FROM visits) AS p "
+        f"PRIVACY_UNIT user_id {R}",
+        None,
+        [(4,)],  # (u1, a), (u1, b), (u2, b), (u3, a)
+        id="distinct-rows-of-units",
+    ),
     # -- joins of private sources on the unit --------------------------------------------------
     pytest.param(
         "SELECT COUNT(*) AS n, SUM(o.total) AS t FROM visits AS v JOIN orders AS o "
@@ -366,6 +406,13 @@ BOUNDED = [
         "JOIN c AS b ON a.user_id = b.user_id PRIVACY_UNIT a.user_id BOUND ROWS 3",
         "INSERT INTO visits SELECT 9, 'b', -1e9, 'x' FROM range(100)",
         id="cte-self-join",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) AS n, SUM(total CLAMPED BETWEEN 0 AND 100) AS s FROM "
+        "(SELECT user_id, site, SUM(amount) AS total FROM visits GROUP BY user_id, site) AS p "
+        "PRIVACY_UNIT user_id BOUND ROWS 1",
+        "INSERT INTO visits SELECT 9, ['a', 'b'][range % 2 + 1], 1e9, 'x' FROM range(100)",
+        id="per-unit-totals",
     ),
     pytest.param(
         "SELECT region, COUNT(*) AS n FROM (SELECT v.user_id, s.region FROM visits AS v "

@@ -763,10 +763,45 @@ CASES = [
         "subquery-star-excludes-unit",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) "
-        f"AS s {U}",
+        f"SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM visits) AS s {U}",
         UnsupportedQuery,
-        "subquery-aggregates",
+        "subquery-aggregates-without-group-by",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM visits "
+        f"GROUP BY ROLLUP (user_id)) AS s {U}",
+        UnsupportedQuery,
+        "subquery-group-by-rollup",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, site, COUNT(*) AS n FROM visits "
+        f"GROUP BY user_id, upper(site)) AS s {U}",
+        UnsupportedQuery,
+        "subquery-group-by-expression",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id "
+        f"HAVING COUNT(*) > 1) AS s {U}",
+        UnsupportedQuery,
+        "subquery-having",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, SUM(amount) / COUNT(*) AS mean FROM visits "
+        f"GROUP BY user_id) AS s {U}",
+        UnsupportedQuery,
+        "subquery-expression-over-aggregates",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, LIST(note) AS notes FROM visits "
+        f"GROUP BY user_id) AS s {U}",
+        UnsupportedQuery,
+        "subquery-list-aggregate",
+    ),
+    case(
+        "SELECT COUNT(*) FROM (SELECT user_id, SUM(amount) FILTER (WHERE amount > 0) AS s "
+        f"FROM visits GROUP BY user_id) AS s {U}",
+        UnsupportedQuery,
+        "subquery-aggregate-filter",
     ),
     case(
         f"SELECT COUNT(*) FROM (SELECT user_id, MAX(amount) OVER () AS m FROM visits) AS s {U}",
@@ -780,9 +815,9 @@ CASES = [
         "subquery-qualify",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT DISTINCT user_id, site FROM visits) AS s {U}",
+        f"SELECT COUNT(*) FROM (SELECT DISTINCT ON (site) user_id, site FROM visits) AS s {U}",
         UnsupportedQuery,
-        "subquery-distinct",
+        "subquery-distinct-on",
     ),
     case(
         f"SELECT COUNT(*) FROM (SELECT user_id FROM visits LIMIT 10) AS s {U}",
