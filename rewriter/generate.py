@@ -25,7 +25,7 @@ kept rows) is a bounded summary: at most BUCKETS numbers per group reach the fun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -226,13 +226,7 @@ def _aggregate_never_raises(node: exp.AggFunc) -> exp.Expr:
         guarded = _never_raise(argument)
         return exp.TryCast(this=guarded, to=exp.DataType.build("DOUBLE")) if in_double else guarded
 
-    aggregate = node.copy()
-    for key, value in node.args.items():
-        if isinstance(value, exp.Expr):
-            aggregate.set(key, guard(value))
-        elif isinstance(value, list):
-            aggregate.set(key, [guard(v) if isinstance(v, exp.Expr) else v for v in value])
-    return aggregate
+    return _map_arguments(node, guard)
 
 
 def _never_raise(node: exp.Expr) -> exp.Expr:
@@ -248,13 +242,18 @@ def _never_raise(node: exp.Expr) -> exp.Expr:
     if not any(node.find_all(exp.Query)):
         return exp.func("try", node.copy())
     # TRY cannot hold a subquery (which reads only public data): guard the rest around it.
-    guarded = node.copy()
-    for key, value in guarded.args.items():
+    return _map_arguments(node, _never_raise)
+
+
+def _map_arguments(node: exp.Expr, function: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """A copy of ``node`` whose argument expressions are ``function`` of the originals."""
+    mapped = node.copy()
+    for key, value in node.args.items():
         if isinstance(value, exp.Expr):
-            guarded.set(key, _never_raise(value))
+            mapped.set(key, function(value))
         elif isinstance(value, list):
-            guarded.set(key, [_never_raise(v) if isinstance(v, exp.Expr) else v for v in value])
-    return guarded
+            mapped.set(key, [function(v) if isinstance(v, exp.Expr) else v for v in value])
+    return mapped
 
 
 def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:

@@ -18,13 +18,12 @@ from pathlib import Path
 import duckdb
 import pytest
 from exact_release import IDENTITY, install
+from neighbours import SECRET, measurements, with_rows
 
 import privsql
 from rewriter.analyze import analyze
 from rewriter.generate import generate
 from rewriter.plan import Plan, plan
-
-SECRET = {"privsql_secret": 7}
 
 # Three units and one row without a unit. visits: u1 has 3 rows, u2 2, u3 1; notes hold
 # values that break a CAST ('ok') or a regular expression ('bad(').
@@ -89,18 +88,6 @@ def assert_rows(got: list[tuple], expected: list[tuple], tolerance: float = 1e-9
                 assert value == wanted, got
             else:
                 assert value == pytest.approx(wanted, abs=tolerance), got
-
-
-def measurements(db, query_plan: Plan) -> dict[str, list[int]]:
-    """The exact measurements (before any post-processing), per group in key order."""
-    _, con = db
-    statement = generate(query_plan, IDENTITY).rsplit("\n", 1)[0]
-    rows = _run(
-        con, f"WITH r AS ({statement}\nSELECT * FROM __released) SELECT * FROM r ORDER BY ALL"
-    ).fetchall()
-    keys = len(query_plan.analysis.keys)
-    names = [m.name for m in query_plan.measurements]
-    return {n: [int(row[keys + i]) for row in rows] for i, n in enumerate(names)}
 
 
 R = "BOUND ROWS 10"
@@ -429,13 +416,9 @@ def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(db, sql, add
     session, con = db
     keys = {"region": ["north", "south"]} if "region" in sql else None
     query_plan = _plan(session, sql, keys)
-    before = measurements(db, query_plan)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute(add_unit)
-        after = measurements(db, query_plan)
-    finally:
-        con.execute("ROLLBACK")
+    before = measurements(con, query_plan)
+    with with_rows(con, add_unit):
+        after = measurements(con, query_plan)
     for m in query_plan.measurements:
         moved = sum(abs(a - b) for a, b in zip(after[m.name], before[m.name], strict=True))
         assert moved <= query_plan.sensitivity(m), (m.kind, moved)
