@@ -3,21 +3,33 @@
 It lives in the database itself (schema ``__privsql``), so it is as durable as the
 data: closing, crashing or restarting never resets it, and every session on the
 same database shares it. A charge is committed before its answer is returned;
-check-and-spend is one UPDATE of a single row, so concurrent sessions serialise on
-it (DuckDB reports a conflict to the loser, which retries) and together never spend
-past the total. Analyst SQL can neither read nor write the schema (the analyser
-refuses it).
+check-and-spend is one compare-and-set UPDATE of a single row, so concurrent sessions
+serialise on it (DuckDB reports a conflict to the loser, which retries) and together
+never spend past the total. Analyst SQL can neither read nor write the schema (the
+analyser refuses it).
+
+Every row is authenticated with HMAC-SHA256 under a key kept *outside* the database
+(next to its file, ``<database>.privsql-key``): the budget row covers total, spent,
+the declarations and the head of a hash chain over the history. A ledger edited,
+truncated or dropped by anyone without the key is detected when it is opened and
+before each charge, and privsql refuses service rather than starting a fresh one
+(docs/privacy.md, "The ledger's threat model").
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 import secrets
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -26,14 +38,33 @@ from rewriter.catalog import Protection
 from rewriter.errors import PrivacyError
 
 SCHEMA = "__privsql"
+TABLES = ("budget", "history", "answers", "sources")
+KEY_SUFFIX = ".privsql-key"
+"""The ledger key of a database file lives in a file of this name next to it."""
 TOLERANCE = 1e-9
 """Relative slack when comparing float sums of ε against the total."""
+BUSY_TIMEOUT = 10.0
+"""Seconds a charge keeps retrying write-write conflicts with other sessions."""
+LOCK_TIMEOUT = 5.0
+"""Default seconds ``open_database`` waits for another process's lock (like sqlite3)."""
+_CREATING = threading.Lock()
+"""Sessions of one process open (and perhaps create) ledgers one at a time; other
+processes are kept out by DuckDB's file lock."""
 
 
 class BudgetExceeded(PrivacyError):
     """The query's ε would take the ledger past the database's budget; nothing was charged."""
 
     rule = "budget"
+
+
+class LedgerCorrupted(PrivacyError):
+    """The ledger fails its authentication: edited, truncated, dropped or without its key.
+
+    privsql refuses service on such a database instead of starting a fresh ledger.
+    """
+
+    rule = "ledger"
 
 
 @dataclass(frozen=True)
@@ -55,6 +86,19 @@ class StoredAnswer:
     table: pa.Table
 
 
+@dataclass(frozen=True)
+class _State:
+    """The budget row as stored: what its MAC covers, and the MAC."""
+
+    total: float
+    spent: float
+    delta: float
+    secret: int
+    entries: int
+    head: str
+    mac: str
+
+
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -62,133 +106,351 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def database_path(connection: duckdb.DuckDBPyConnection) -> Path | None:
+    """The file of the connection's current database, or None when it lives in memory."""
+    path = connection.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchall()[0][0]
+    return None if path is None else Path(path)
+
+
+def open_database(path: str | Path, timeout: float = LOCK_TIMEOUT) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect(path)``, waiting up to ``timeout`` seconds (with backoff) while
+    another process holds the file's lock.
+
+    DuckDB lets one process at a time open a file for writing; processes that each open,
+    query and close take turns through this wait, as sqlite3's ``timeout`` lets them.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            return duckdb.connect(str(path))
+        except duckdb.IOException as error:
+            if "lock" not in str(error).lower() or time.monotonic() >= deadline:
+                raise
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+
+
 class Ledger:
-    """Budget, history, declarations and stored answers of one database."""
+    """Budget, history, declarations and stored answers of one database.
+
+    One ``Ledger`` may be used from many threads (its cursor is guarded by a lock);
+    ledgers of other sessions on the same database synchronise through DuckDB.
+    """
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, budget: float | None) -> None:
         self._con = connection
+        self._lock = threading.RLock()
         self._secret: int | None = None
-        self._create(budget)
+        with self._lock, _CREATING:
+            path = database_path(connection)
+            self._key_file = None if path is None else path.with_name(path.name + KEY_SUFFIX)
+            present = set(self._tables())
+            if not present:
+                self._create(budget)
+            elif present != set(TABLES):
+                missing = ", ".join(sorted(set(TABLES) - present))
+                raise LedgerCorrupted(f"the ledger's tables {missing} are missing")
+            self._key = self._read_key()
+            with self._transaction():
+                total = self._state().total
+                self._history()
+            if budget is not None and _checked_budget(budget) != total:
+                raise PrivacyError(
+                    f"this database's budget is fixed at ε = {total:g}; it cannot be changed"
+                )
+
+    def close(self) -> None:
+        """Close the ledger's cursor (the database file stays locked while any is open)."""
+        with self._lock:
+            self._con.close()
+
+    # -- creation and the key -----------------------------------------------------------
+
+    def _tables(self) -> list[str]:
+        rows = self._con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? "
+            "AND database_name = current_database()",
+            [SCHEMA],
+        ).fetchall()
+        return [name for (name,) in rows if name != "key"]
 
     def _create(self, budget: float | None) -> None:
-        con = self._con
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.budget (id INTEGER PRIMARY KEY, "
-            "total DOUBLE NOT NULL, spent DOUBLE NOT NULL, delta DOUBLE NOT NULL, "
-            "secret BIGINT NOT NULL)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.history (charged_at TIMESTAMP, query VARCHAR, "
-            "epsilon DOUBLE, delta DOUBLE)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.answers (query VARCHAR, data VARCHAR, "
-            "answer BLOB)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.sources (name VARCHAR PRIMARY KEY, "
-            "public BOOLEAN, privacy_unit VARCHAR, bounds VARCHAR, keys VARCHAR)"
-        )
-        row = con.execute(f"SELECT total FROM {SCHEMA}.budget").fetchall()
-        if not row:
-            total = 1.0 if budget is None else _checked_budget(budget)
-            secret = secrets.randbits(63)
+        """A fresh ledger, refused if this database file has had one (its key exists)."""
+        if self._key_file is not None and self._key_file.exists():
+            raise LedgerCorrupted(
+                f"this database has lost its ledger (the key {self._key_file} exists but the "
+                "ledger does not); privsql will not start a fresh one. If the database file "
+                "is really new, delete the key file"
+            )
+        total = 1.0 if budget is None else _checked_budget(budget)
+        key = secrets.token_bytes(32)
+        if self._key_file is not None:
+            _write_key(self._key_file, key)
+        with self._transaction():
+            con = self._con
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             con.execute(
-                f"INSERT INTO {SCHEMA}.budget VALUES (1, ?, 0, 0, ?) ON CONFLICT DO NOTHING",
-                [total, secret],
+                f"CREATE TABLE {SCHEMA}.budget (id INTEGER PRIMARY KEY, total DOUBLE NOT NULL, "
+                "spent DOUBLE NOT NULL, delta DOUBLE NOT NULL, secret BIGINT NOT NULL, "
+                "entries BIGINT NOT NULL, head VARCHAR NOT NULL, mac VARCHAR NOT NULL)"
             )
-        elif budget is not None and _checked_budget(budget) != row[0][0]:
-            raise PrivacyError(
-                f"this database's budget is fixed at ε = {row[0][0]:g}; it cannot be changed"
+            con.execute(
+                f"CREATE TABLE {SCHEMA}.history (seq BIGINT PRIMARY KEY, charged_at TIMESTAMP, "
+                "query VARCHAR, epsilon DOUBLE, delta DOUBLE, mac VARCHAR)"
             )
+            con.execute(
+                f"CREATE TABLE {SCHEMA}.answers (query VARCHAR, data VARCHAR, answer BLOB, "
+                "mac VARCHAR)"
+            )
+            con.execute(
+                f"CREATE TABLE {SCHEMA}.sources (name VARCHAR PRIMARY KEY, public BOOLEAN, "
+                "privacy_unit VARCHAR, bounds VARCHAR, keys VARCHAR)"
+            )
+            if self._key_file is None:  # in memory: no file another tool could open
+                con.execute(f"CREATE TABLE {SCHEMA}.key (key BLOB)")
+                con.execute(f"INSERT INTO {SCHEMA}.key VALUES (?)", [key])
+            self._key = key
+            state = self._sealed(total, 0.0, 0.0, secrets.randbits(63), 0, "", [])
+            con.execute(
+                f"INSERT INTO {SCHEMA}.budget VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    state.total,
+                    state.spent,
+                    state.delta,
+                    state.secret,
+                    state.entries,
+                    state.head,
+                    state.mac,
+                ],
+            )
+
+    def _read_key(self) -> bytes:
+        if self._key_file is None:
+            rows = self._con.execute(f"SELECT key FROM {SCHEMA}.key").fetchall()
+            if len(rows) != 1:
+                raise LedgerCorrupted("the in-memory ledger's key is missing")
+            return rows[0][0]
+        try:
+            return bytes.fromhex(self._key_file.read_text().strip())
+        except (OSError, ValueError):
+            raise LedgerCorrupted(
+                f"the ledger key {self._key_file} is missing or unreadable; privsql cannot "
+                "verify this database's budget and refuses to use it (a database file must "
+                "be copied or moved together with its key file)"
+            ) from None
+
+    # -- authentication -------------------------------------------------------------------
+
+    def _mac(self, *fields: object) -> str:
+        message = json.dumps(fields, separators=(",", ":")).encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def _sealed(
+        self,
+        total: float,
+        spent: float,
+        delta: float,
+        secret: int,
+        entries: int,
+        head: str,
+        sources: list[tuple],
+    ) -> _State:
+        mac = self._mac("budget", total, spent, delta, secret, entries, head, sources)
+        return _State(total, spent, delta, secret, entries, head, mac)
+
+    def _entry_mac(self, seq: int, at: datetime, query: str, eps: float, delta: float, prev: str):
+        return self._mac("history", seq, at.isoformat(), query, eps, delta, prev)
+
+    def _sources(self) -> list[tuple]:
+        return [
+            list(row)
+            for row in self._con.execute(
+                f"SELECT name, public, privacy_unit, bounds, keys FROM {SCHEMA}.sources "
+                "ORDER BY name"
+            ).fetchall()
+        ]
+
+    def _state(self) -> _State:
+        """The budget row, after checking its MAC, the declarations it covers and the
+        history's last link (``_history`` checks the whole chain); call it in a snapshot."""
+        rows = self._con.execute(
+            f"SELECT id, total, spent, delta, secret, entries, head, mac FROM {SCHEMA}.budget"
+        ).fetchall()
+        if len(rows) != 1 or rows[0][0] != 1:
+            raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
+        state = _State(*rows[0][1:])
+        expected = self._sealed(*rows[0][1:7], self._sources())
+        if not hmac.compare_digest(expected.mac, str(state.mac)):
+            raise LedgerCorrupted(
+                "the ledger's budget or declarations were changed outside privsql; refusing service"
+            )
+        last = self._con.execute(
+            f"SELECT count(*), max(seq), arg_max(mac, seq) FROM {SCHEMA}.history"
+        ).fetchall()[0]
+        if (last[0], last[1] or 0, last[2] or "") != (state.entries, state.entries, state.head):
+            raise LedgerCorrupted("the ledger's history was changed outside privsql")
+        return state
+
+    def _history(self) -> list[Charge]:
+        rows = self._con.execute(
+            f"SELECT seq, charged_at, query, epsilon, delta, mac FROM {SCHEMA}.history ORDER BY seq"
+        ).fetchall()
+        previous = ""
+        for expected, (seq, at, query, eps, delta, mac) in enumerate(rows, start=1):
+            link = self._entry_mac(seq, at, query, eps, delta, previous)
+            if seq != expected or not hmac.compare_digest(link, str(mac)):
+                raise LedgerCorrupted("the ledger's history was changed outside privsql")
+            previous = mac
+        return [Charge(at, query, eps, delta) for _, at, query, eps, delta, _ in rows]
 
     # -- the budget -------------------------------------------------------------------
 
-    def _budget_row(self) -> tuple[float, float, float, int]:
-        return self._con.execute(
-            f"SELECT total, spent, delta, secret FROM {SCHEMA}.budget WHERE id = 1"
-        ).fetchall()[0]
-
     @property
     def total(self) -> float:
-        return self._budget_row()[0]
+        with self._snapshot():
+            return self._state().total
 
     @property
     def spent(self) -> float:
-        return self._budget_row()[1]
+        with self._snapshot():
+            return self._state().spent
 
     @property
     def delta_spent(self) -> float:
-        return self._budget_row()[2]
+        with self._snapshot():
+            return self._state().delta
 
     @property
     def remaining(self) -> float:
-        total, spent, _, _ = self._budget_row()
-        return max(0.0, total - spent)
+        with self._snapshot():
+            state = self._state()
+        return max(0.0, state.total - state.spent)
 
     @property
     def secret(self) -> int:
         """The database's hashing secret: which rows and groups a unit keeps (fixed at
         creation, so read once)."""
         if self._secret is None:
-            self._secret = self._budget_row()[3]
+            with self._snapshot():
+                self._secret = self._state().secret
         return self._secret
 
     @property
     def history(self) -> list[Charge]:
-        rows = self._con.execute(
-            f"SELECT charged_at, query, epsilon, delta FROM {SCHEMA}.history ORDER BY charged_at"
-        ).fetchall()
-        return [Charge(*row) for row in rows]
+        """Every charge, oldest first, after checking the whole chain."""
+        with self._snapshot():
+            self._state()
+            return self._history()
 
     def affordable(self, epsilon: float) -> bool:
-        total, spent, _, _ = self._budget_row()
-        return spent + epsilon <= total * (1 + TOLERANCE)
+        with self._snapshot():
+            state = self._state()
+        return state.spent + epsilon <= state.total * (1 + TOLERANCE)
 
     def charge(
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
     ) -> None:
         """Spend ε (and δ) for one answer, durably, or raise ``BudgetExceeded``.
 
-        The answer, if given, is stored in the same transaction as the charge.
+        The answer, if given, is stored in the same transaction as the charge. A
+        write-write conflict with another session is retried for up to BUSY_TIMEOUT.
         """
-        for attempt in range(50):
+        self._write(lambda: self._charge_once(label, epsilon, delta, answer))
+
+    def _write(self, change: Callable[[], None]) -> None:
+        """Run ``change`` in one transaction, retrying write-write conflicts with other
+        sessions (with jittered backoff) for up to BUSY_TIMEOUT; a retry starts afresh
+        from the budget row as then committed."""
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        pause = 0.001
+        while True:
             try:
-                self._charge_once(label, epsilon, delta, answer)
+                with self._snapshot():
+                    change()
                 return
             except duckdb.TransactionException:
-                time.sleep(0.001 * (attempt + 1))
-        raise PrivacyError("the ledger is busy; nothing was charged, try again")
+                if time.monotonic() >= deadline:
+                    raise PrivacyError(
+                        "the ledger is busy; nothing was changed, try again"
+                    ) from None
+            time.sleep(pause * (1 + secrets.randbelow(1000) / 1000))
+            pause = min(pause * 2, 0.05)
 
     def _charge_once(
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None
     ) -> None:
-        con = self._con
-        con.execute("BEGIN TRANSACTION")
-        try:
-            updated = con.execute(
-                f"UPDATE {SCHEMA}.budget SET spent = spent + $eps, delta = delta + $delta "
-                "WHERE id = 1 AND spent + $eps <= total * (1 + $tolerance) RETURNING spent",
-                {"eps": epsilon, "delta": delta, "tolerance": TOLERANCE},
-            ).fetchall()
-            if not updated:
-                raise BudgetExceeded(
-                    f"this query needs ε = {epsilon:g} but only ε = {self.remaining:g} "
-                    f"of {self.total:g} remains; nothing was charged"
-                )
-            con.execute(
-                f"INSERT INTO {SCHEMA}.history VALUES (now(), ?, ?, ?)", [label, epsilon, delta]
+        state = self._state()
+        spent = state.spent + epsilon
+        if spent > state.total * (1 + TOLERANCE):
+            raise BudgetExceeded(
+                f"this query needs ε = {epsilon:g} but only "
+                f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
+                "nothing was charged"
             )
-            if answer is not None:
-                con.execute(
-                    f"INSERT INTO {SCHEMA}.answers VALUES (?, ?, ?)",
-                    [answer.query, answer.data, _ipc(answer.table)],
-                )
-            con.execute("COMMIT")
+        seq = state.entries + 1
+        at = datetime.now(UTC).replace(tzinfo=None)
+        link = self._entry_mac(seq, at, label, epsilon, delta, state.head)
+        new = self._sealed(
+            state.total,
+            spent,
+            state.delta + delta,
+            state.secret,
+            seq,
+            link,
+            self._sources(),
+        )
+        self._compare_and_set(state, new)
+        self._execute(
+            f"INSERT INTO {SCHEMA}.history VALUES (?, ?, ?, ?, ?, ?)",
+            [seq, at, label, epsilon, delta, link],
+        )
+        if answer is not None:
+            blob = _ipc(answer.table)
+            self._execute(
+                f"INSERT INTO {SCHEMA}.answers VALUES (?, ?, ?, ?)",
+                [
+                    answer.query,
+                    answer.data,
+                    blob,
+                    self._answer_mac(answer.query, answer.data, blob),
+                ],
+            )
+
+    def _compare_and_set(self, old: _State, new: _State) -> None:
+        """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
+        updated = self._execute(
+            f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, mac = ? "
+            "WHERE id = 1 AND mac = ? RETURNING id",
+            [new.spent, new.delta, new.entries, new.head, new.mac, old.mac],
+        ).fetchall()
+        if not updated:
+            raise duckdb.TransactionException("the budget row changed meanwhile")
+
+    def _execute(self, statement: str, parameters: list | None = None) -> duckdb.DuckDBPyConnection:
+        """Every write of the ledger goes through here (the crash tests interpose on it)."""
+        return self._con.execute(statement, parameters)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """This thread alone on the cursor, reading one consistent state of the ledger."""
+        with self._lock, self._transaction():
+            yield
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            yield
         except BaseException:
-            con.execute("ROLLBACK")
+            try:
+                self._con.execute("ROLLBACK")
+            except duckdb.TransactionException:
+                pass  # DuckDB already ended the failed transaction
             raise
+        self._execute("COMMIT")
 
     # -- stored answers -----------------------------------------------------------------
 
@@ -196,21 +458,30 @@ class Ledger:
     def query_key(*parts: object) -> str:
         return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
+    def _answer_mac(self, query: str, data: str, blob: bytes) -> str:
+        return self._mac("answer", query, data, hashlib.sha256(blob).hexdigest())
+
     def has_answers(self, query: str) -> bool:
-        return bool(
-            self._con.execute(
-                f"SELECT 1 FROM {SCHEMA}.answers WHERE query = ? LIMIT 1", [query]
-            ).fetchall()
-        )
+        with self._lock:
+            return bool(
+                self._con.execute(
+                    f"SELECT 1 FROM {SCHEMA}.answers WHERE query = ? LIMIT 1", [query]
+                ).fetchall()
+            )
 
     def answer(self, query: str, data: str) -> pa.Table | None:
-        rows = self._con.execute(
-            f"SELECT answer FROM {SCHEMA}.answers WHERE query = ? AND data = ? LIMIT 1",
-            [query, data],
-        ).fetchall()
+        """The stored answer of ``query`` on ``data``, if its MAC holds."""
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT answer, mac FROM {SCHEMA}.answers WHERE query = ? AND data = ? LIMIT 1",
+                [query, data],
+            ).fetchall()
         if not rows:
             return None
-        return pa.ipc.open_stream(pa.py_buffer(rows[0][0])).read_all()
+        blob, mac = rows[0]
+        if not hmac.compare_digest(self._answer_mac(query, data, blob), str(mac)):
+            raise LedgerCorrupted("a stored answer was changed outside privsql")
+        return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
     # -- the data owner's declarations -------------------------------------------------
 
@@ -239,13 +510,19 @@ class Ledger:
                 json.dumps({c: list(v) for c, v in protection.keys.items()}),
             ]
         )
-        self._con.execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?)", row)
+        self._write(lambda: self._declare_once(row))
+
+    def _declare_once(self, row: list) -> None:
+        state = self._state()
+        self._execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?)", row)
+        fields = (state.total, state.spent, state.delta, state.secret, state.entries, state.head)
+        self._compare_and_set(state, self._sealed(*fields, self._sources()))
 
     def declarations(self) -> dict[str, tuple[Protection | None, bool]]:
         """Declared sources by lower-case name: (protection or None, is public)."""
-        rows = self._con.execute(
-            f"SELECT name, public, privacy_unit, bounds, keys FROM {SCHEMA}.sources"
-        ).fetchall()
+        with self._snapshot():
+            self._state()
+            rows = self._sources()
         result: dict[str, tuple[Protection | None, bool]] = {}
         for name, public, unit, bounds, keys in rows:
             if public:
@@ -262,12 +539,18 @@ class Ledger:
         return result
 
 
+def _write_key(path: Path, key: bytes) -> None:
+    """Create the key file (owner-only), durably, failing if it already exists."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(descriptor, key.hex().encode() + b"\n")
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def _checked_budget(budget: float) -> float:
     budget = float(budget)
     if not budget > 0 or budget == float("inf"):
         raise PrivacyError("the budget must be a finite ε greater than 0")
     return budget
-
-
-def keys_fingerprint(keys: Mapping[str, Sequence[object]] | None) -> list:
-    return sorted((k.lower(), [repr(v) for v in values]) for k, values in (keys or {}).items())

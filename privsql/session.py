@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -22,7 +24,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 import udfs
-from privsql.ledger import BudgetExceeded, Ledger, StoredAnswer
+from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, open_database
 from privsql.result import HalfWidth, Result
 from rewriter.analyze import AggregateKind, Analysis, PublicQuery, analyze
 from rewriter.catalog import Bounds, Catalog, Protection
@@ -54,6 +56,7 @@ FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="pr
 DECIDED_KEY = b"privsql.decided"
 """Arrow metadata of a stored answer: the bounds and caps privately chosen for it."""
 Keys = Mapping[str, Sequence[object]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,18 @@ class Budget:
         return f"Budget(total={self.total:g}, spent={self.spent:g}, remaining={self.remaining:g})"
 
 
+def _one_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
+    """A session method that other threads wait for: a DuckDB connection runs one
+    statement (and one transaction) at a time."""
+
+    @wraps(method)
+    def serialised(self: Session, *args: object, **kwargs: object) -> T:
+        with self._busy:
+            return method(self, *args, **kwargs)
+
+    return serialised
+
+
 class Session:
     """A connection to one database through privsql; use ``privsql.connect`` to make one."""
 
@@ -143,6 +158,7 @@ class Session:
         if not (0 < delta < 1):
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
+        self._busy = threading.RLock()  # one statement at a time on this session's connection
         self._owns_connection = owns_connection
         self._ledger = Ledger(connection.cursor(), budget)
         self.epsilon = epsilon
@@ -160,6 +176,7 @@ class Session:
 
     # -- the data owner's side -----------------------------------------------------------
 
+    @_one_at_a_time
     def protect(
         self,
         table: str,
@@ -178,6 +195,7 @@ class Session:
                 raise PrivacyError(f"bounds of {column} must be finite with low <= high")
         self._ledger.declare(table, Protection(privacy_unit, dict(bounds or {}), dict(keys or {})))
 
+    @_one_at_a_time
     def public(self, table: str) -> None:
         """Declare ``table`` public: anyone may read it exactly, and its values can be keys."""
         self._columns(table)
@@ -185,8 +203,12 @@ class Session:
 
     # -- the analyst's side -----------------------------------------------------------------
 
+    @_one_at_a_time
     def sql(self, query: str, *, keys: Keys | None = None) -> Result:
-        """Run a privsql query; a private answer is charged to the ledger before it is returned."""
+        """Run a privsql query; a private answer is charged to the ledger before it is returned.
+
+        Safe to call from several threads: they take turns on the session's connection.
+        """
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
             return Result(self._run_public(analysis))
@@ -209,6 +231,7 @@ class Session:
         )
         return self._result(table, query_plan, cached=False)
 
+    @_one_at_a_time
     def explain(self, query: str, *, keys: Keys | None = None) -> Explanation:
         """Rewritten SQL, bounds, noise scales and ε of a query; reads no data, costs nothing."""
         analysis = analyze(query, self._catalog(), keys)
@@ -272,6 +295,7 @@ class Session:
     def close(self) -> None:
         """End the session; a connection passed to ``connect`` stays open for its owner."""
         udfs.unregister(self._con, self._functions)
+        self._ledger.close()
         if self._owns_connection:
             self._con.close()
 
@@ -542,13 +566,16 @@ def connect(
     engine: str = "duckdb",
     seed: int | None = None,
     insecure: bool = False,
+    lock_timeout: float = LOCK_TIMEOUT,
 ) -> Session:
     """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection).
 
     ``budget`` is the database's total ε (fixed when its ledger is created; 1.0 if never
     given); ``epsilon`` and ``delta`` are the defaults of a query that names none.
     ``seed`` makes the noise reproducible and is refused unless ``insecure=True``: it
-    is for tests only, never for releasing data.
+    is for tests only, never for releasing data. DuckDB lets one process at a time open
+    a file; ``lock_timeout`` is how many seconds ``connect`` waits for another process
+    to close it.
     """
     if engine != "duckdb":
         raise PrivacyError(f"engine {engine!r} is not available; use engine='duckdb'")
@@ -556,7 +583,7 @@ def connect(
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
     )
     given = isinstance(database, duckdb.DuckDBPyConnection)
-    connection = database if given else duckdb.connect(str(database))
+    connection = database if given else open_database(database, lock_timeout)
     return Session(
         connection, budget=budget, epsilon=epsilon, delta=delta, rng=rng, owns_connection=not given
     )

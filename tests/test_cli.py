@@ -21,6 +21,7 @@ import pytest
 
 import privsql
 from privsql import cli
+from privsql.ledger import KEY_SUFFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 BY_ORIGIN = (
@@ -58,6 +59,7 @@ def database(template: Path, tmp_path: Path) -> str:
     """A fresh copy of the template for each test: its own ledger."""
     path = tmp_path / "flights.duckdb"
     shutil.copy(template, path)
+    shutil.copy(f"{template}{KEY_SUFFIX}", f"{path}{KEY_SUFFIX}")  # the ledger's key
     return str(path)
 
 

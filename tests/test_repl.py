@@ -20,6 +20,7 @@ import duckdb
 import pytest
 
 import privsql
+from privsql.ledger import KEY_SUFFIX
 
 pexpect = pytest.importorskip("pexpect")
 pytest.importorskip("prompt_toolkit")
@@ -53,6 +54,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, flights_frame) -> Path:
 def database(template: Path, tmp_path: Path) -> Path:
     path = tmp_path / "flights.duckdb"
     shutil.copy(template, path)
+    shutil.copy(f"{template}{KEY_SUFFIX}", f"{path}{KEY_SUFFIX}")  # the ledger's key
     return path
 
 
