@@ -353,10 +353,12 @@ class Session:
 
         Missing bounds (BOUND AUTO) are estimated first, then AUTO thresholds are chosen,
         each from per-unit aggregates only. DuckDB's messages from the private part are not
-        passed on: they could quote private values.
+        passed on, nor kept in the exception's context: they could quote private values.
         """
         con = self._con
+        _keep_try_whole(con)
         con.execute("BEGIN TRANSACTION")
+        failure = None
         try:
             fingerprint = con.execute(
                 fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
@@ -379,12 +381,14 @@ class Session:
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
             raise  # decided from the SQL and the schema alone: safe to show
         except duckdb.Error as error:
-            raise PrivacyError(
-                f"the query failed while reading private data ({type(error).__name__}); "
-                "the engine's message is withheld because it may quote private values"
-            ) from None
+            failure = type(error).__name__
         finally:
             con.execute("ROLLBACK")
+        if failure is not None:
+            raise PrivacyError(
+                f"the query failed while reading private data ({failure}); "
+                "the engine's message is withheld because it may quote private values"
+            )
         decided = {
             "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
             "bounds": estimated,
@@ -456,6 +460,20 @@ class Session:
             half_widths=widths,
             cached=cached,
         )
+
+
+def _keep_try_whole(connection: duckdb.DuckDBPyConnection) -> None:
+    """Turn off DuckDB's common-subexpression optimiser (a database-wide setting).
+
+    It moves a subexpression that occurs twice out of the ``TRY`` around it, where its
+    error escapes: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s``
+    (DuckDB 2.0), and whether a query succeeds would depend on a private value.
+    """
+    setting = connection.execute("SELECT current_setting('disabled_optimizers')").fetchall()
+    disabled = {name.strip() for name in setting[0][0].split(",") if name.strip()}
+    if "common_subexpressions" not in disabled:
+        names = ",".join(sorted(disabled | {"common_subexpressions"}))
+        connection.execute(f"SET disabled_optimizers = '{names}'")
 
 
 def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:
