@@ -594,6 +594,14 @@ CASES = [
     case("DESCRIBE visits", StatementNotAllowed, "describe"),
     case("DESCRIBE SELECT note FROM visits", StatementNotAllowed, "describe-query"),
     case("SHOW TABLES", StatementNotAllowed, "show-tables"),
+    case("SHOW visits", StatementNotAllowed, "show-table"),
+    case(f"DESCRIBE (SELECT COUNT(*) FROM visits {U})", StatementNotAllowed, "describe-result"),
+    case("SUMMARIZE FROM visits", StatementNotAllowed, "summarize-from-first"),
+    case(
+        f"EXPLAIN ANALYZE WITH c AS (SELECT * FROM visits) SELECT COUNT(*) FROM c {U}",
+        StatementNotAllowed,
+        "explain-analyze-cte",
+    ),
     case("PIVOT visits ON site USING COUNT(*)", StatementNotAllowed, "pivot"),
     case("UNPIVOT sites ON region INTO NAME k VALUE v", StatementNotAllowed, "unpivot"),
     case(f"EXPLAIN SELECT COUNT(*) FROM visits {U}", StatementNotAllowed, "explain"),
@@ -1426,3 +1434,35 @@ def test_public_query_is_exact_and_free(rich: privsql.Session, sql: str) -> None
     assert result.epsilon == 0
     assert rich.budget.spent == 0
     assert list(rich.budget.history) == []
+
+
+def test_files_outside_what_the_connection_allows_are_refused(tmp_path: Path) -> None:
+    """The file policy: literal paths, read through the connection the owner configured.
+
+    With DuckDB's ``allowed_directories`` and ``enable_external_access = false`` set before
+    the session opens (an analyst cannot ``SET`` them back), a file outside the allowed
+    directory is refused before any row is read, and nothing is charged.
+    """
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    con = make_connection()
+    for directory in (allowed, outside):
+        con.execute(f"COPY visits TO '{directory / 'visits.parquet'}' (FORMAT parquet)")
+    con.execute(f"SET allowed_directories = ['{allowed}/']")
+    con.execute("SET enable_external_access = false")
+    db = privsql.connect(con, budget=10.0, seed=1, insecure=True)
+    query = (
+        "SELECT COUNT(*) AS n FROM read_parquet('{path}') PRIVACY_UNIT user_id BOUND ROWS 5 "
+        "EPSILON 1"
+    )
+    assert len(db.sql(query.format(path=allowed / "visits.parquet")).fetchall()) == 1
+    assert db.budget.spent == pytest.approx(1.0)
+    with pytest.raises(PrivacyError) as info:
+        db.sql(query.format(path=outside / "visits.parquet"))
+    assert not any(value in str(info.value) for value in PRIVATE_VALUES)
+    assert db.budget.spent == pytest.approx(1.0)
+    assert len(db.budget.history) == 1
+    with pytest.raises(StatementNotAllowed):
+        db.sql("SET enable_external_access = true")
+    db.close()
