@@ -300,9 +300,17 @@ def plot(report: dict, path: Path) -> None:
 
 
 def write_doc(report: dict) -> None:
+    dates = sorted(
+        {
+            line.get("measured", report["date"])
+            for s in report["sizes"].values()
+            for line in s["lines"]
+        }
+    )
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     block = [
         BEGIN,
-        f"Measured {report['date']} on {report['cpus']} CPUs (load average "
+        f"Measured {when} on {report['cpus']} CPUs (load average "
         f"{report['load_before']:.1f} at start, {report['load_after']:.1f} at end), privsql at "
         f"{report['privsql_commit']}, duckdb {report['duckdb']}. Times are medians; MAE is "
         "over all releases × 50 groups.",
@@ -332,6 +340,34 @@ def write_doc(report: dict) -> None:
     DOC.write_text(head + "\n".join(block) + tail)
 
 
+def line_of(record: dict, runner: str, peak: float, facts: dict) -> dict:
+    """One line of the results: a runner's record, scored, without its answers."""
+    return {
+        "library": record["library"],
+        "runner": runner,
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "version": record["version"],
+        "split": record["split"],
+        "notes": record["notes"],
+        "peer": PEERS[runner].environment is not None,
+        "startup_s": record["startup_s"],
+        "load_s": record["load_s"],
+        "loads": record["loads"],
+        "query_s": record["query_s"],
+        "runs": [{"s": r["s"], "loadavg": r["loadavg"]} for r in record["releases"]],
+        "peak_mb": peak,
+        "errors": errors(record, facts),
+    }
+
+
+def size_of(facts: dict, lines: list[dict]) -> dict:
+    return {
+        "facts": {k: v for k, v in facts.items() if k not in ("exact", "bounded")},
+        "lines": [line for line in lines if "pending" not in line],
+        "pending": [line for line in lines if "pending" in line],
+    }
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -354,11 +390,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", type=Path, default=Path("/tmp/peers"))
     parser.add_argument("--no-doc", action="store_true", help="only write the results file")
     parser.add_argument(
+        "--doc-only",
+        action="store_true",
+        help="measure nothing: rewrite the doc and plot from results.json",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the lines of results.json that this run does not re-measure",
     )
     args = parser.parse_args(argv)
+    if args.doc_only:
+        report = json.loads(RESULTS.read_text())
+        plot(report, PLOT)
+        write_doc(report)
+        return 0
     sizes = [int(float(x)) for x in args.rows.split(",") if x]
     runs, slow_runs = _per_size(args.runs), _per_size(args.slow_runs)
 
@@ -398,39 +444,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rows:,} rows: {name}, {n} releases ...", flush=True)
             started = time.perf_counter()
             log = args.data / f"{name}-{rows}.log"
-            records, peak = measure(command, log, args.timeout)
+            try:
+                records, peak = measure(command, log, args.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                print(f"  {error}", flush=True)
+                lines.append({"library": name, "runner": name, "pending": str(error)})
+                continue
             for record in records:
                 raw[f"{rows}/{record['library']}"] = record
-                lines.append(
-                    {
-                        "library": record["library"],
-                        "runner": name,
-                        "version": record["version"],
-                        "split": record["split"],
-                        "notes": record["notes"],
-                        "peer": peer.environment is not None,
-                        "startup_s": record["startup_s"],
-                        "load_s": record["load_s"],
-                        "loads": record["loads"],
-                        "query_s": record["query_s"],
-                        "runs": [
-                            {"s": r["s"], "loadavg": r["loadavg"]} for r in record["releases"]
-                        ],
-                        "peak_mb": peak,
-                        "errors": errors(record, facts),
-                    }
-                )
+                lines.append(line_of(record, name, peak, facts))
                 print(
                     f"  {record['library']}: load {_s(record['load_s'])} s, query "
                     f"{_s(record['query_s'])} s, peak {peak:,.0f} MB",
                     flush=True,
                 )
+            report["sizes"][str(rows)] = size_of(facts, lines)
+            RESULTS.write_text(json.dumps(report, indent=1))
             print(f"  done in {time.perf_counter() - started:.0f} s", flush=True)
-        report["sizes"][str(rows)] = {
-            "facts": {k: v for k, v in facts.items() if k not in ("exact", "bounded")},
-            "lines": [line for line in lines if "pending" not in line],
-            "pending": [line for line in lines if "pending" in line],
-        }
+        report["sizes"][str(rows)] = size_of(facts, lines)
     report["load_after"] = os.getloadavg()[0]
     (args.data / "results-raw.json").write_text(json.dumps(raw))
     RESULTS.write_text(json.dumps(report, indent=1))

@@ -13,10 +13,7 @@ each with ``PureDPBudget(0.5)`` (a query has one aggregate).
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-
+import spark_local
 from common import (
     EPSILON,
     HIGH,
@@ -30,7 +27,7 @@ from common import (
     run,
     versions,
 )
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from tmlt.analytics import (
     AddRowsWithID,
     KeySet,
@@ -40,30 +37,6 @@ from tmlt.analytics import (
     QueryBuilder,
     Session,
 )
-
-SPARK_CONFIG = {
-    "spark.driver.memory": "4g",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-}
-"""Spark local on all cores with room for 5M rows; the same for privsql on Spark."""
-
-
-def start_spark() -> SparkSession:
-    """Spark local, its Python workers in this environment (Tumult has Python UDFs)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    builder = SparkSession.builder.master("local[*]").appName("peers-tumult")
-    for key, value in SPARK_CONFIG.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def load(spark: SparkSession, path: str) -> DataFrame:
-    frame = spark.read.parquet(path).cache()
-    frame.count()
-    return frame
 
 
 def release(frame: DataFrame) -> Answer:
@@ -89,11 +62,9 @@ def release(frame: DataFrame) -> Answer:
 
 def main() -> None:
     args = arguments()
-    started = time.perf_counter()
-    spark = start_spark()
-    startup = time.perf_counter() - started
+    spark, startup = spark_local.start("peers-tumult")
     run(
-        lambda: load(spark, args.parquet),
+        lambda: spark_local.load(spark, args.parquet),
         [
             Contender(
                 "Tumult Analytics (Spark local)",
