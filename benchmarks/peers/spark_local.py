@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -20,11 +21,14 @@ Spark (its errors can depend on private values), and it is Spark 3.5's default a
 
 
 def start(app: str) -> tuple[SparkSession, float]:
-    """A local SparkSession whose Python workers run in this environment, and the seconds
-    it took to start (the JVM's start-up, reported apart from load and query)."""
+    """A local SparkSession whose Python workers run in this environment and whose warehouse
+    (where Tumult keeps temporary tables) is a temporary directory, and the seconds it took
+    to start (the JVM's start-up, reported apart from load and query)."""
     started = time.perf_counter()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    warehouse = tempfile.mkdtemp(prefix="peers-spark-warehouse-")
     builder = SparkSession.builder.master("local[*]").appName(app)
+    builder = builder.config("spark.sql.warehouse.dir", warehouse)
     for key, value in CONFIG.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
