@@ -9,7 +9,8 @@ LIMIT) and every BOUND option. For each:
 * the generated statement releases only noise-function calls, and the analyst's SELECT
   reads nothing but them (every output is a noisy aggregate, a key or post-processing);
 * two sessions with different seeds give different SUMs and quantiles;
-* the ledger is charged the answer's ε.
+* the ledger is charged the answer's ε, and ``explain``'s parts (measurements, bounds
+  estimate, cap search, partition selection) add up to it.
 
 Refused shapes insert one forbidden feature (a raw column, MIN/MAX, an unbounded SUM, a
 window, sampling, a derived table or CTE that drops the unit or limits rows, a join of
@@ -238,8 +239,23 @@ def test_accepted_queries_release_only_noisy_values(sessions, case):
         assert db.budget.spent == pytest.approx(spent + result.epsilon)
         answers.append([[row[i] for i in continuous] for row in result.fetchall()])
     assert_released_values_are_noisy(sessions[0], sql)
+    assert_parts_add_up_to_the_query_epsilon(sessions[0], sql)
     if continuous and any(answers):
         assert answers[0] != answers[1], sql
+
+
+def assert_parts_add_up_to_the_query_epsilon(db: privsql.Session, sql: str) -> None:
+    """Sequential composition as ``explain`` states it: every measurement has a mechanism
+    and a positive ε, and with the bounds estimate, the cap search and partition selection
+    they add up to the query's ε."""
+    explanation = db.explain(sql)
+    parts = [a["epsilon"] for a in explanation.aggregates]
+    assert all(a["mechanism"] in ("Laplace", "permute-and-flip") for a in explanation.aggregates)
+    assert all(e > 0 for e in parts)
+    parts += [explanation.bounding["search_epsilon"], explanation.bounding["bounds_epsilon"]]
+    if explanation.partition_selection:
+        parts.append(explanation.partition_selection["epsilon"])
+    assert sum(parts) == pytest.approx(explanation.epsilon)
 
 
 # --- refused shapes ------------------------------------------------------------------------
