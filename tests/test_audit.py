@@ -134,7 +134,11 @@ LAPLACE_CASES = [
     for strategy in STRATEGIES
     for statistic in STATISTICS
     if not (statistic == "SUM" and strategy == "BOUND CLIP")  # CLIP bounds means only
-] + [pytest.param("COUNT(DISTINCT uid)", "BOUND ROWS 5", id="COUNT-DISTINCT")]
+] + [
+    pytest.param("COUNT(DISTINCT uid)", "BOUND ROWS 5", id="COUNT-DISTINCT"),
+    pytest.param(f"STDDEV({CLAMP})", "BOUND ROWS 5", id="STDDEV-ROWS 5"),
+    pytest.param(f"VARIANCE({CLAMP})", "BOUND WEIGHTS 5", id="VARIANCE-WEIGHTS 5"),
+]
 
 
 @pytest.mark.parametrize("full", SIZES)
@@ -142,7 +146,8 @@ LAPLACE_CASES = [
 @pytest.mark.parametrize(("statistic", "strategy"), LAPLACE_CASES)
 def test_laplace_releases(visits, statistic, strategy, weaken, full):
     """COUNT, COUNT(DISTINCT unit), SUM and AVG (its noisy sum and count together) under
-    every bounding strategy: ε-DP at the declared ε, detected when the noise is too small."""
+    every bounding strategy, and STDDEV/VARIANCE (three measurements): ε-DP at the declared
+    ε, detected when the noise is too small."""
     con, db = visits
     aggregate = STATISTICS.get(statistic, statistic)
     sql = f"SELECT {aggregate} FROM visits PRIVACY_UNIT uid {strategy} EPSILON 2"
