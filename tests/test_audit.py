@@ -11,7 +11,7 @@ Every audit runs twice: as shipped, where it must pass (a correct mechanism is r
 as violating with probability < 10⁻⁷), and with the noise 1.5× too small
 (``udfs.weakening.weaken_noise_for_tests``), where it must detect the violation.
 
-Sample sizes: the default run detects the weakened noise with a wide margin in about 30 s
+Sample sizes: the default run detects the weakened noise with a wide margin in about 35 s
 of CPU; ``python -m pytest -m slow tests/test_audit.py`` runs the full audit (10× the
 samples, quantiles over the shipped 4096 buckets instead of a 64-bucket coarsening of the
 same histogram, and the v(h) threshold search).
