@@ -1,8 +1,9 @@
-"""A privsql session: one DuckDB database, its owner's declarations, its ledger.
+"""A privsql session: one engine's data, its owner's declarations, its ledger.
 
 ``Session.sql`` runs the whole flow of SPEC section 5: parse and analyse (refusals,
-no data read) → plan → generate → execute in DuckDB → release (noise and partition
-selection by the functions ``udfs`` registers) → charge the ledger → result.
+no data read) → plan → generate → execute on the engine (``privsql.engines``: DuckDB,
+or Spark for the aggregation) → release in DuckDB (noise and partition selection by the
+functions ``udfs`` registers) → charge the ledger → result.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ import json
 import math
 import secrets
 import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, wraps
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 import udfs
+from privsql.engines import DuckDBEngine, Engine, SparkEngine
 from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, open_database
 from privsql.result import HalfWidth, Result
 from rewriter.analyze import AggregateKind, Analysis, PublicQuery, analyze
@@ -32,12 +33,12 @@ from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
 from rewriter.fingerprint import fingerprint_sql
 from rewriter.generate import (
-    SECRET,
     SUPPORT_PREFIX,
     Functions,
     bounds_sql,
     generate,
     output_name,
+    stages,
     threshold_sql,
 )
 from rewriter.plan import (
@@ -141,7 +142,12 @@ def _one_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
 
 
 class Session:
-    """A connection to one database through privsql; use ``privsql.connect`` to make one."""
+    """A connection to one engine's data through privsql; use ``privsql.connect`` to make one.
+
+    ``connection`` is the DuckDB database where released values are computed and, unless
+    ``ledger`` names another one, where the ledger and declarations live; with the default
+    engine it also holds the data.
+    """
 
     def __init__(
         self,
@@ -152,6 +158,8 @@ class Session:
         delta: float,
         rng: udfs.RandomSource,
         owns_connection: bool = True,
+        engine: Engine | None = None,
+        ledger: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
@@ -159,8 +167,10 @@ class Session:
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
         self._busy = threading.RLock()  # one statement at a time on this session's connection
+        self._engine = engine or DuckDBEngine(connection)
         self._owns_connection = owns_connection
-        self._ledger = Ledger(connection.cursor(), budget)
+        self._ledger_connection = ledger
+        self._ledger = Ledger((ledger or connection).cursor(), budget)
         self.epsilon = epsilon
         self.delta = delta
         self.budget = Budget(self._ledger)
@@ -211,7 +221,8 @@ class Session:
         """
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
-            return Result(self._run_public(analysis))
+            return Result(self._engine.public(analysis.select))
+        self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         epsilon = analysis.options.epsilon or self.epsilon
         if not self._ledger.affordable(epsilon) and not self._ledger.has_answers(key):
@@ -296,6 +307,8 @@ class Session:
         """End the session; a connection passed to ``connect`` stays open for its owner."""
         udfs.unregister(self._con, self._functions)
         self._ledger.close()
+        if self._ledger_connection is not None:
+            self._ledger_connection.close()
         if self._owns_connection:
             self._con.close()
 
@@ -329,12 +342,7 @@ class Session:
         return names
 
     def _columns(self, source: str) -> list[str]:
-        try:
-            return [
-                row[0] for row in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
-            ]
-        except duckdb.Error:
-            raise PrivacyError(f"cannot read the columns of {source}") from None
+        return self._engine.columns(source)
 
     def _catalog(self) -> Catalog:
         declared = self._ledger.declarations()
@@ -345,9 +353,6 @@ class Session:
             aggregates=self._aggregates,
         )
 
-    def _run_public(self, query: PublicQuery) -> pa.Table:
-        return self._con.sql(query.select.sql(dialect="duckdb")).to_arrow_table()
-
     def _execute(self, analysis: Analysis) -> tuple[str, pa.Table, Plan]:
         """The data fingerprint, the released table and the plan as run, in one snapshot.
 
@@ -355,40 +360,29 @@ class Session:
         each from per-unit aggregates only. DuckDB's messages from the private part are not
         passed on, nor kept in the exception's context: they could quote private values.
         """
-        con = self._con
-        _keep_try_whole(con)
-        con.execute("BEGIN TRANSACTION")
-        failure = None
-        try:
-            fingerprint = con.execute(
-                fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit)
-            ).fetchall()[0]
+        engine, secret = self._engine, self._ledger.secret
+
+        def run() -> tuple[tuple, pa.Table, Plan, dict[str, Bounds], float]:
+            fingerprint = engine.row(
+                fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit),
+                secret,
+            )
             search = bounds_search(analysis, epsilon=self.epsilon)
-            spent, estimated = 0.0, {}
+            spent, estimated, bounded = 0.0, {}, analysis
             if search is not None:
                 arguments = [a.argument for a in search.aggregates]
-                summary = self._run(bounds_sql(analysis, arguments, MAGNITUDES)).fetchall()[0]
+                summary = engine.row(bounds_sql(analysis, arguments, MAGNITUDES), secret)
                 estimated = self._bounds(search, summary)
-                analysis = analysis.with_bounds(estimated)
+                bounded = analysis.with_bounds(estimated)
                 spent = search.epsilon
-            query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta, spent=spent)
+            query_plan = plan(bounded, epsilon=self.epsilon, delta=self.delta, spent=spent)
             if query_plan.search is not None:
-                summary = self._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
+                summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
-            with warnings.catch_warnings():  # the extra copy is of the few released rows
-                warnings.simplefilter("ignore", UserWarning)
-                table = self._run(generate(query_plan, FUNCTIONS)).to_arrow_table()
-        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
-            raise  # decided from the SQL and the schema alone: safe to show
-        except duckdb.Error as error:
-            failure = type(error).__name__
-        finally:
-            con.execute("ROLLBACK")
-        if failure is not None:
-            raise PrivacyError(
-                f"the query failed while reading private data ({failure}); "
-                "the engine's message is withheld because it may quote private values"
-            )
+            table = engine.release(stages(query_plan, FUNCTIONS), secret)
+            return fingerprint, table, query_plan, estimated, spent
+
+        fingerprint, table, query_plan, estimated, spent = engine.private(run)
         decided = {
             "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
             "bounds": estimated,
@@ -417,11 +411,6 @@ class Session:
             low = udfs.rank_threshold(MAGNITUDES, below, search.rank, epsilon, self._rng)
             found[to_sql(aggregate.node)] = (-low, high)
         return found
-
-    def _run(self, statement: str) -> duckdb.DuckDBPyConnection:
-        """Execute once (a relation would bind the statement twice)."""
-        secret = {SECRET[1:]: self._ledger.secret} if SECRET in statement else None
-        return self._con.execute(statement, secret)
 
     def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
         """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
@@ -460,20 +449,6 @@ class Session:
             half_widths=widths,
             cached=cached,
         )
-
-
-def _keep_try_whole(connection: duckdb.DuckDBPyConnection) -> None:
-    """Turn off DuckDB's common-subexpression optimiser (a database-wide setting).
-
-    It moves a subexpression that occurs twice out of the ``TRY`` around it, where its
-    error escapes: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s``
-    (DuckDB 2.0), and whether a query succeeds would depend on a private value.
-    """
-    setting = connection.execute("SELECT current_setting('disabled_optimizers')").fetchall()
-    disabled = {name.strip() for name in setting[0][0].split(",") if name.strip()}
-    if "common_subexpressions" not in disabled:
-        names = ",".join(sorted(disabled | {"common_subexpressions"}))
-        connection.execute(f"SET disabled_optimizers = '{names}'")
 
 
 def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:
@@ -582,26 +557,39 @@ def connect(
     epsilon: float = 1.0,
     delta: float = 1e-6,
     engine: str = "duckdb",
+    spark: Any = None,
+    ledger: str | Path | None = None,
     seed: int | None = None,
     insecure: bool = False,
     lock_timeout: float = LOCK_TIMEOUT,
 ) -> Session:
-    """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection).
+    """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection),
+    or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
 
     ``budget`` is the database's total ε (fixed when its ledger is created; 1.0 if never
     given); ``epsilon`` and ``delta`` are the defaults of a query that names none.
+    The ledger and the owner's declarations live in the DuckDB file ``ledger`` names, else
+    in ``database`` (DuckDB) or in memory (Spark, where they then last only as long as the
+    session: name a file for a durable budget).
     ``seed`` makes the noise reproducible and is refused unless ``insecure=True``: it
     is for tests only, never for releasing data. DuckDB lets one process at a time open
     a file; ``lock_timeout`` is how many seconds ``connect`` waits for another process
     to close it.
     """
-    if engine != "duckdb":
-        raise PrivacyError(f"engine {engine!r} is not available; use engine='duckdb'")
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
     )
+    settings = {"budget": budget, "epsilon": epsilon, "delta": delta, "rng": rng}
+    if engine == "spark":
+        if spark is None:
+            raise PrivacyError("engine='spark' needs spark=<SparkSession>")
+        connection = open_database(ledger or ":memory:", lock_timeout)
+        return Session(connection, **settings, engine=SparkEngine(spark, connection))
+    if engine != "duckdb":
+        raise PrivacyError(f"engine {engine!r} is not available; use 'duckdb' or 'spark'")
+    if spark is not None:
+        raise PrivacyError("spark= belongs to engine='spark'")
     given = isinstance(database, duckdb.DuckDBPyConnection)
     connection = database if given else open_database(database, lock_timeout)
-    return Session(
-        connection, budget=budget, epsilon=epsilon, delta=delta, rng=rng, owns_connection=not given
-    )
+    ledger_connection = open_database(ledger, lock_timeout) if ledger is not None else None
+    return Session(connection, **settings, owns_connection=not given, ledger=ledger_connection)

@@ -96,27 +96,72 @@ def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
             [*layout.values, *layout.buckets],
         ),
         "__cells": _cells(layout.keys, layout.values, layout.sums),
-        "__chosen": _chosen(plan, layout.keys),
+        "__chosen": _chosen(plan, layout),
     }
 
 
 def _with(ctes: dict[str, str]) -> str:
-    return "WITH " + ",\n".join(f"{name} AS (\n{sql}\n)" for name, sql in ctes.items())
+    return "WITH " + ",\n".join(
+        f"{name} AS{' MATERIALIZED' if name == RELEASED else ''} (\n{sql}\n)"
+        for name, sql in ctes.items()
+    )
 
 
-def generate(plan: Plan, functions: Functions) -> str:
-    """The whole private query as DuckDB SQL (one statement, parameter ``$privsql_secret``)."""
+RELEASED = "__released"
+"""The CTE holding the noisy values, materialised so each is drawn once however often the
+post-processing reads it."""
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The private query in two parts that meet at a few aggregated relations.
+
+    ``aggregation`` (CTEs) reads the private rows and ends in the relations ``outputs``
+    names: per-group exact aggregates (``__groups``), per-group bucket counts of each
+    quantile (``__counts*``) and the keys' public domains (``__domain*``) — bounded by the
+    number of groups, never rows. ``release`` (CTEs, then ``final``) reads only those:
+    noise, partition selection and the analyst's post-processing. One engine may run both
+    as one statement (``generate``); another may run the aggregation where the data is and
+    the release where privsql's noise functions are, with the same result.
+    """
+
+    aggregation: dict[str, str]
+    outputs: tuple[str, ...]
+    release: dict[str, str]
+    final: str
+
+    def statement(self) -> str:
+        """Both parts as one statement (parameter ``$privsql_secret``)."""
+        return f"{_with({**self.aggregation, **self.release})}\n{self.final}"
+
+    def output(self, name: str) -> str:
+        """The statement computing one output of the aggregation."""
+        return f"{_with(self.aggregation)}\nSELECT * FROM {name}"
+
+    def released(self) -> str:
+        """The release as a statement over the outputs, given as tables of their names."""
+        return f"{_with(self.release)}\n{self.final}"
+
+
+def stages(plan: Plan, functions: Functions) -> Stages:
+    """The private query, split where its relations stop holding rows."""
     layout = _Layout.of(plan)
     ctes = _common(plan, layout)
     ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
     ctes["__groups"] = _groups(layout.keys, layout.sums)
     ctes.update(_histograms(plan, layout))
+    domains = _domains(plan, layout.keys)
+    ctes.update(domains)
+    outputs = ("__groups", *(f"__counts{i}" for i in range(len(layout.histograms))), *domains)
     columns = _measured_columns(plan.measurements, layout.sums)
-    released = _released(plan, layout, columns, functions)
-    return (
-        f"{_with(ctes)},\n__released AS MATERIALIZED (\n{released}\n)\n"
-        f"{_post_processing(plan, layout.keys)}"
-    )
+    release = _histogram_lists(layout)
+    release[RELEASED] = _released(plan, layout, columns, functions)
+    return Stages(ctes, outputs, release, _post_processing(plan, layout.keys))
+
+
+def generate(plan: Plan, functions: Functions) -> str:
+    """The whole private query as DuckDB SQL (one statement, parameter ``$privsql_secret``)."""
+    return stages(plan, functions).statement()
 
 
 def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
@@ -262,18 +307,19 @@ def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
     return f"SELECT {group}, count(*) AS __rows{aggregates} FROM __source GROUP BY {group}"
 
 
-def _chosen(plan: Plan, keys: list[str]) -> str:
+def _chosen(plan: Plan, layout: _Layout) -> str:
     """At most MAX_GROUPS cells per unit: units touching no more keep all theirs; only the
     cells of units over the cap are ranked, by keyed hash of (unit, key)."""
     if not plan.groups_may_exceed_cap:
         return "SELECT * FROM __cells"
-    cap = plan.bounding.groups
+    cap, keys = plan.bounding.groups, layout.keys
+    columns = _list([*layout.cell, "__rows", *layout.sums], "c.")
     order = f"hash({SECRET}, c.__unit, {_list(keys, 'c.')}), {_list(keys, 'c.')}"
     return (
         "SELECT c.* FROM __cells AS c JOIN (SELECT __unit, count(*) AS __groups FROM __cells "
         f"GROUP BY __unit) AS u ON c.__unit = u.__unit WHERE u.__groups <= {cap}\n"
         "UNION ALL\n"
-        "SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit FROM __cells GROUP BY __unit "
+        f"SELECT {columns} FROM __cells AS c SEMI JOIN (SELECT __unit FROM __cells GROUP BY __unit "
         f"HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
         f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {order}) <= {cap}"
     )
@@ -305,7 +351,7 @@ def _ranked_rows(plan: Plan, layout: _Layout) -> str:
     columns = [*layout.values, *layout.buckets]
     content = _list([*cell, *columns], "r.")
     return (
-        f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
+        f"SELECT {content} FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
         f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
         f"ORDER BY hash({SECRET}, {content}), {_list(columns, 'r.') or 'r.__unit'}) <= {cap}"
@@ -375,7 +421,6 @@ def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
             f"WHERE __rows <= {cap}) AS c ON {_same_cell(keys, 'r', 'c')}\n"
             f"UNION ALL\n{_ranked_rows(plan, layout)}"
         )
-    group_by = f" GROUP BY {_list(keys)}" if keys else ""
     for i, (m, bucket) in enumerate(zip(layout.histograms, layout.buckets, strict=True)):
         if plan.bounding.strategy == "ROWS":
             counts = (
@@ -396,11 +441,22 @@ def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
                 f"// c.__rows END) AS __weight FROM ({per_cell}) AS r JOIN __chosen AS c "
                 f"ON {_same_cell(keys, 'r', 'c')} GROUP BY {_list([*keys, bucket], 'r.')}"
             )
-        ctes[f"__hist{i}"] = (
-            f"SELECT {_list(keys) + ', ' if keys else ''}list(__bucket ORDER BY __bucket) AS "
-            f"__buckets, list(__weight ORDER BY __bucket) AS __weights FROM ({counts}){group_by}"
-        )
+        ctes[f"__counts{i}"] = counts
     return ctes
+
+
+def _histogram_lists(layout: _Layout) -> dict[str, str]:
+    """Each quantile's bucket counts per group as two parallel lists, in bucket order."""
+    keys = layout.keys
+    group_by = f" GROUP BY {_list(keys)}" if keys else ""
+    return {
+        f"__hist{i}": (
+            f"SELECT {_list(keys) + ', ' if keys else ''}list(__bucket ORDER BY __bucket) AS "
+            f"__buckets, list(CAST(__weight AS HUGEINT) ORDER BY __bucket) AS __weights "
+            f"FROM __counts{i}{group_by}"
+        )
+        for i in range(len(layout.histograms))
+    }
 
 
 def _groups(keys: list[str], sums: list[str]) -> str:
@@ -425,13 +481,8 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
     keys = layout.keys
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
     noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
-    domains = [k.domain for k in plan.analysis.keys]
     if keys and plan.partition is None:
-        domain = " CROSS JOIN ".join(
-            f"({_sql(d)}) AS d{i}({k})"
-            for i, (d, k) in enumerate(zip(domains, keys, strict=True))
-            if d
-        )
+        domain = " CROSS JOIN ".join(_domains(plan, keys))
         select = f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d "
         select += f"LEFT JOIN __groups AS g ON {_same_keys(keys, 'd', 'g')}"
         outer = "d"
@@ -447,6 +498,17 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
             f"CAST('{p.epsilon!r}' AS DOUBLE), CAST('{p.delta!r}' AS DOUBLE))"
         )
     return select
+
+
+def _domains(plan: Plan, keys: list[str]) -> dict[str, str]:
+    """The public values of every key, when all keys have them and so stand for the groups."""
+    if not keys or plan.partition is not None:
+        return {}
+    return {
+        f"__domain{i}": f"SELECT {k} FROM ({_sql(key.domain)}) AS d{i}({k})"
+        for i, (key, k) in enumerate(zip(plan.analysis.keys, keys, strict=True))
+        if key.domain is not None
+    }
 
 
 def _same_keys(keys: list[str], left: str, right: str) -> str:

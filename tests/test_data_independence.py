@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 import privsql
-from privsql import session
+from privsql import engines
 
 PLANTED = "zq7secret"
 """A private value planted in the malformed rows; no error may ever quote it."""
@@ -111,7 +111,7 @@ def test_a_failure_in_the_private_part_quotes_no_private_value(monkeypatch):
     """With the TRY guard broken on purpose (DuckDB's optimiser allowed to move a cast out
     of TRY), the planted row makes DuckDB fail with a message quoting the value: privsql
     reports the failure without the message, and keeps no exception that holds it."""
-    monkeypatch.setattr(session, "_keep_try_whole", lambda connection: None)
+    monkeypatch.setattr(engines, "_keep_try_whole", lambda connection: None)
     db = make_session(malformed=True)
     with pytest.raises(privsql.PrivacyError) as failed:
         db.sql(

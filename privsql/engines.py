@@ -1,0 +1,213 @@
+"""Engines: where a query's data is read and aggregated.
+
+``DuckDBEngine`` runs everything in the session's DuckDB database, as one statement.
+``SparkEngine`` runs the aggregation part of a private query (``rewriter.generate.Stages``),
+transpiled to Spark SQL (``rewriter.transpile``), over Spark tables, views and Parquet
+paths; only its aggregated outputs (per group, never per row) come back, as Arrow, into
+the session's local DuckDB connection, where the release part — noise, partition selection,
+quantile selection and post-processing — runs with the very functions it runs with on
+DuckDB. Either way the ledger and the owner's declarations live in that DuckDB database.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from rewriter.analyze import SPREADS, Analysis
+from rewriter.errors import PrivacyError, UnsupportedQuery
+from rewriter.generate import SECRET, Stages
+from rewriter.transpile import to_spark
+
+T = TypeVar("T")
+WITHHELD = (
+    "the query failed while reading private data ({}); "
+    "the engine's message is withheld because it may quote private values"
+)
+
+
+class Engine(Protocol):
+    """What a session needs from the system holding the data."""
+
+    def columns(self, source: str) -> list[str]:
+        """The column names of a source (DuckDB SQL: a table or a file reader call)."""
+        ...
+
+    def check(self, analysis: Analysis) -> None:
+        """Refuse, before any data is read, what this engine cannot compute exactly."""
+        ...
+
+    def private(self, work: Callable[[], T]) -> T:
+        """``work()``, whose statements read private data, on one state of the data where the
+        engine allows; an engine error is reported without its message (which could quote a
+        private value) and without the engine's exception in the error's context."""
+        ...
+
+    def row(self, statement: str, secret: int) -> tuple:
+        """The single row of a generated statement (fingerprint, summaries)."""
+        ...
+
+    def release(self, stages: Stages, secret: int) -> pa.Table:
+        """The released table of a private query."""
+        ...
+
+    def public(self, query: exp.Query) -> pa.Table:
+        """A query over public data only, exactly as written."""
+        ...
+
+
+def _keep_try_whole(connection: duckdb.DuckDBPyConnection) -> None:
+    """Turn off DuckDB's common-subexpression optimiser (a database-wide setting).
+
+    It moves a subexpression that occurs twice out of the ``TRY`` around it, where its
+    error escapes: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s``
+    (DuckDB 2.0), and whether a query succeeds would depend on a private value.
+    """
+    setting = connection.execute("SELECT current_setting('disabled_optimizers')").fetchall()
+    disabled = {name.strip() for name in setting[0][0].split(",") if name.strip()}
+    if "common_subexpressions" not in disabled:
+        names = ",".join(sorted(disabled | {"common_subexpressions"}))
+        connection.execute(f"SET disabled_optimizers = '{names}'")
+
+
+def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
+    return {SECRET[1:]: secret} if SECRET in statement else None
+
+
+class DuckDBEngine:
+    """The data is in the session's DuckDB database; everything runs there."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection) -> None:
+        self._con = connection
+
+    def columns(self, source: str) -> list[str]:
+        try:
+            return [
+                row[0] for row in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+            ]
+        except duckdb.Error:
+            raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def check(self, analysis: Analysis) -> None:
+        return None
+
+    def private(self, work: Callable[[], T]) -> T:
+        _keep_try_whole(self._con)
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            return work()
+        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
+            raise  # decided from the SQL and the schema alone: safe to show
+        except duckdb.Error as error:
+            failure = type(error).__name__
+        finally:
+            self._con.execute("ROLLBACK")
+        raise PrivacyError(WITHHELD.format(failure))  # outside the handler: no context kept
+
+    def row(self, statement: str, secret: int) -> tuple:
+        return self._con.execute(statement, _parameters(statement, secret)).fetchall()[0]
+
+    def release(self, stages: Stages, secret: int) -> pa.Table:
+        statement = stages.statement()
+        with warnings.catch_warnings():  # the extra copy is of the few released rows
+            warnings.simplefilter("ignore", UserWarning)
+            return self._con.execute(statement, _parameters(statement, secret)).to_arrow_table()
+
+    def public(self, query: exp.Query) -> pa.Table:
+        return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
+
+
+SPARK_UNSUPPORTED = {
+    **{kind: "VAR and STDDEV" for kind in SPREADS.values()},
+}
+"""Aggregates the Spark engine refuses, by kind (their sums of squares need HUGEINT range)."""
+
+
+class SparkEngine:
+    """The data is in Spark; aggregation runs there, the release in the local DuckDB.
+
+    Spark runs without a transaction: each statement reads the tables as they are when it
+    runs, so a source rewritten during a query may be read in two states (each one's
+    contributions are still bounded). Spark must have ``spark.sql.ansi.enabled=false``:
+    with it, Spark raises errors that can depend on private values.
+    """
+
+    def __init__(self, spark: Any, connection: duckdb.DuckDBPyConnection) -> None:
+        self._spark = spark
+        self._con = connection
+
+    def _sql(self, statement: str, secret: int | None = None) -> Any:
+        spark_sql = to_spark(statement)
+        if secret is not None and SECRET in statement:
+            return self._spark.sql(spark_sql, args={SECRET[1:]: secret})
+        return self._spark.sql(spark_sql)
+
+    def columns(self, source: str) -> list[str]:
+        from pyspark.errors import PySparkException
+
+        try:
+            return list(self._sql(f"SELECT * FROM {source}").columns)
+        except PySparkException:
+            raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def check(self, analysis: Analysis) -> None:
+        for aggregate in analysis.aggregates:
+            if aggregate.kind in SPARK_UNSUPPORTED:
+                raise UnsupportedQuery(
+                    f"{SPARK_UNSUPPORTED[aggregate.kind]} are not supported on the Spark engine yet"
+                )
+        nested = [q for q in analysis.select.find_all(exp.Query) if q is not analysis.select]
+        if nested:
+            raise UnsupportedQuery("subqueries and CTEs are not supported on the Spark engine yet")
+        ansi = self._spark.conf.get("spark.sql.ansi.enabled", "false")
+        if str(ansi).lower() == "true":
+            raise PrivacyError(
+                "the Spark engine needs spark.sql.ansi.enabled=false: in ANSI mode Spark "
+                "raises errors that can depend on private values"
+            )
+
+    def private(self, work: Callable[[], T]) -> T:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import AnalysisException, PySparkException
+
+        try:
+            return work()
+        except AnalysisException as error:  # decided from the SQL and the schema alone
+            refusal = f"Spark cannot run the query: {_first_line(error)}"
+        except (PySparkException, Py4JError) as error:
+            refusal, failure = "", type(error).__name__
+        if refusal:  # raised outside the handlers: no engine exception in the context
+            raise UnsupportedQuery(refusal)
+        raise PrivacyError(WITHHELD.format(failure))
+
+    def row(self, statement: str, secret: int) -> tuple:
+        return tuple(self._sql(statement, secret).collect()[0])
+
+    def release(self, stages: Stages, secret: int) -> pa.Table:
+        outputs = {name: _arrow(self._sql(stages.output(name), secret)) for name in stages.outputs}
+        for name, table in outputs.items():
+            self._con.register(name, table)
+        try:
+            with warnings.catch_warnings():  # the extra copy is of the few released rows
+                warnings.simplefilter("ignore", UserWarning)
+                return self._con.execute(stages.released()).to_arrow_table()
+        finally:
+            for name in outputs:
+                self._con.unregister(name)
+
+    def public(self, query: exp.Query) -> pa.Table:
+        return _arrow(self._spark.sql(query.sql(dialect="spark")))
+
+
+def _arrow(frame: Any) -> pa.Table:
+    """A Spark DataFrame's rows as Arrow."""
+    return frame.toArrow()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]

@@ -1,0 +1,213 @@
+"""Generated DuckDB SQL for Spark: sqlglot's transpilation plus the rewrites that keep every
+bounded quantity what it is on DuckDB.
+
+Only the aggregation part of a private query (and its fingerprint and summaries) runs on
+Spark; noise is added elsewhere (``generate.Stages``). What must hold there is what the
+DuckDB statement enforces: each per-row value is the same clamped integer, sums are exact,
+and no row-level expression raises an error that depends on a private value. The
+differences from DuckDB are data (``SPARK_TYPES``, ``SPARK_FUNCTIONS``,
+``SPARK_ROW_LEVEL``); what cannot be matched exactly is refused with ``UnsupportedQuery``.
+
+Spark must run with ``spark.sql.ansi.enabled=false`` (the engine checks): casts and
+arithmetic are then written as ``try_*`` forms, which yield NULL where DuckDB's ``TRY``
+does.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from rewriter.errors import UnsupportedQuery
+
+EXACT = exp.DataType.build("DECIMAL(38, 0)", dialect="spark")
+"""Spark's widest exact integer: HUGEINT's stand-in (HUGEINT reaches 2**127, this 10**38)."""
+
+SPARK_TYPES = {exp.DType.INT128: EXACT, exp.DType.UINT128: EXACT}
+"""DuckDB types the generated SQL uses, by the Spark type that holds the same values."""
+
+SPARK_FUNCTIONS = {"hash": "xxhash64"}
+"""DuckDB functions by their Spark counterpart (``hash``: a keyed 64-bit row hash; which
+hash does not matter, only that it is keyed by the secret and fixed per row)."""
+
+SPARK_ARITHMETIC = {
+    exp.Add: "try_add",
+    exp.Sub: "try_subtract",
+    exp.Mul: "try_multiply",
+    exp.Div: "try_divide",
+    exp.Mod: "try_mod",
+}
+"""Arithmetic inside TRY, by the Spark function that yields NULL on overflow or zero division."""
+
+SPARK_ROW_LEVEL = (
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Null,
+    exp.Boolean,
+    exp.Paren,
+    exp.Neg,
+    exp.Not,
+    exp.And,
+    exp.Or,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.Is,
+    exp.In,
+    exp.Between,
+    exp.Case,
+    exp.If,
+    exp.Coalesce,
+    exp.Cast,
+    exp.TryCast,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Greatest,
+    exp.Least,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Abs,
+    exp.IsNan,
+    exp.Lower,
+    exp.Upper,
+    exp.Length,
+    exp.Year,
+    exp.Month,
+    exp.Day,
+    *SPARK_ARITHMETIC,
+)
+"""What a row-level expression (WHERE, ON, GROUP BY keys, aggregate arguments) may use on
+Spark: operations that compute the same value as on DuckDB and, written as below, never
+raise. Anything else is refused rather than risk a data-dependent error or another value."""
+
+
+def to_spark(sql: str) -> str:
+    """A generated DuckDB statement as Spark SQL; the secret becomes ``:privsql_secret``."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    for table in tree.find_all(exp.Table):
+        _check_source(table)
+    for rewrite in SPARK_REWRITES:
+        tree = tree.transform(rewrite)
+    return tree.sql(dialect="spark")
+
+
+def _check_source(table: exp.Table) -> None:
+    """Spark reads tables, views and one Parquet path (``read_parquet('...')``)."""
+    reader = table.this
+    if not isinstance(reader, exp.Func):
+        return
+    arguments = reader.expressions if isinstance(reader, exp.ReadParquet) else []
+    if not (
+        len(arguments) == 1 and isinstance(arguments[0], exp.Literal) and arguments[0].is_string
+    ):
+        raise UnsupportedQuery(
+            "the Spark engine reads tables, views and read_parquet('<one path or glob>'); "
+            f"not {reader.sql(dialect='duckdb')}"
+        )
+
+
+def _guard(node: exp.Expr) -> exp.Expr:
+    return _row_level(node.this) if isinstance(node, exp.Try) else node
+
+
+def _exact_quotient(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.IntDiv) and isinstance(node.this, exp.Mul):
+        return _scaled_quotient(node.this.this, node.this.expression, node.expression)
+    return node
+
+
+def _exact_sum(node: exp.Expr) -> exp.Expr:
+    """Sums as DECIMAL(38, 0): Spark's BIGINT sum would wrap around (or raise)."""
+    if isinstance(node, exp.Sum):
+        return exp.Sum(this=exp.Cast(this=node.this, to=EXACT.copy()))
+    return node
+
+
+def _function(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.Anonymous) and node.name.lower() in SPARK_FUNCTIONS:
+        return exp.Anonymous(this=SPARK_FUNCTIONS[node.name.lower()], expressions=node.expressions)
+    return node
+
+
+def _type(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.DataType) and node.this in SPARK_TYPES:
+        return SPARK_TYPES[node.this].copy()
+    return node
+
+
+def _scaled_quotient(value: exp.Expr, scale: exp.Expr, divisor: exp.Expr) -> exp.Expr:
+    """``value * scale // divisor``, truncated toward zero like DuckDB's HUGEINT ``//``.
+
+    Spark's ``DIV`` returns a BIGINT, too narrow for ``value * scale / divisor``; with
+    ``value = q * divisor + r`` (q = value DIV divisor, r = value % divisor, of value's
+    sign) it is exactly ``q * scale + (r * scale) DIV divisor``, where the last quotient
+    is below ``scale``.
+    """
+    quotient = exp.Cast(this=exp.IntDiv(this=value, expression=divisor), to=EXACT.copy())
+    remainder = exp.paren(exp.Mod(this=value.copy(), expression=divisor.copy()), copy=False)
+    return exp.paren(
+        exp.Add(
+            this=exp.Mul(this=quotient, expression=scale),
+            expression=exp.IntDiv(
+                this=exp.Mul(this=remainder, expression=scale.copy()),
+                expression=divisor.copy(),
+            ),
+        ),
+        copy=False,
+    )
+
+
+SPARK_REWRITES = (_guard, _exact_quotient, _exact_sum, _function, _type)
+"""The rewrites, in order: each pass rewrites one kind of node (a pass does not revisit
+what it produced)."""
+
+
+def _row_level(node: exp.Expr) -> exp.Expr:
+    """A row-level expression that yields NULL where it would raise, as DuckDB's TRY does."""
+    for inner in node.walk():
+        if not isinstance(inner, SPARK_ROW_LEVEL):
+            raise UnsupportedQuery(
+                f"{_name(inner)} is not supported in row-level expressions on the Spark engine"
+            )
+        if isinstance(inner, exp.In) and inner.args.get("query"):
+            raise UnsupportedQuery("IN (subquery) is not supported on the Spark engine")
+
+    root = node.copy()
+    for inner in reversed(list(root.walk(bfs=False))):  # children before their parent
+        guarded = _never_raise(inner)
+        if guarded is not inner:
+            root = guarded if inner is root else root
+            inner.replace(guarded)
+    return root
+
+
+def _never_raise(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.Cast):
+        return _try_cast(node.this, node.to)
+    if isinstance(node, exp.Div):  # DuckDB's / divides as DOUBLE, whatever the operands
+        double = exp.DataType.build("DOUBLE")
+        return exp.func(
+            "try_divide", _try_cast(node.this, double), _try_cast(node.expression, double)
+        )
+    if type(node) in SPARK_ARITHMETIC:
+        return exp.func(SPARK_ARITHMETIC[type(node)], node.this, node.expression)
+    return node
+
+
+def _try_cast(node: exp.Expr, to: exp.DataType) -> exp.Expr:
+    return exp.TryCast(this=node, to=to.copy(), safe=True)
+
+
+def _name(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return node.key.upper()

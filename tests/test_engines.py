@@ -1,0 +1,117 @@
+"""Engine plumbing that needs no Spark: the split of a private query into aggregation and
+release, the Spark transpilation's rewrites and refusals, and ``ledger=`` on DuckDB."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import privsql
+from privsql.session import FUNCTIONS
+from rewriter.analyze import analyze
+from rewriter.errors import UnsupportedQuery
+from rewriter.generate import generate, stages
+from rewriter.plan import plan
+from rewriter.transpile import to_spark
+
+
+@pytest.fixture
+def db():
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT i % 50 AS uid, i % 4 AS g, i / 7 AS v, 'x' || i AS s "
+        "FROM range(2000) AS r(i)"
+    )
+    session = privsql.connect(con, budget=100, seed=1, insecure=True)
+    session.protect("t", "uid", keys={"g": [0, 1, 2, 3]})
+    return session
+
+
+QUERY = (
+    "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s, "
+    "MEDIAN(v CLAMPED BETWEEN 0 AND 300) AS m FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 2"
+)
+
+
+def _stages(db: privsql.Session, query: str, epsilon: float = 1.0):
+    return stages(plan(analyze(query, db._catalog()), epsilon=epsilon, delta=1e-6), FUNCTIONS)
+
+
+@pytest.mark.filterwarnings("ignore:Arrow output on a DB-API result")
+def test_the_release_reads_only_the_aggregated_outputs(db):
+    """Run apart — outputs computed first and handed over as tables — the two parts give
+    what the single statement gives (at an ε where the noise is below the tolerance)."""
+    parts = _stages(db, QUERY, epsilon=1e7)
+    assert parts.statement() == generate(
+        plan(analyze(QUERY, db._catalog()), epsilon=1e7, delta=1e-6), FUNCTIONS
+    )
+    assert parts.outputs == ("__groups", "__counts0", "__domain0")
+    secret = {"privsql_secret": 7}
+    whole = db._con.execute(parts.statement(), secret).fetchall()
+    other = privsql.connect(duckdb.connect(), seed=2, insecure=True)
+    for name in parts.outputs:
+        other._con.register(name, db._con.execute(parts.output(name), secret).to_arrow_table())
+    apart = other._con.execute(parts.released()).fetchall()
+    assert len(apart) == len(whole) == 4
+    for left, right in zip(sorted(apart), sorted(whole), strict=True):
+        assert left == pytest.approx(right, rel=1e-3, abs=0.5)  # the median: buckets of 0.07
+    for source in ("FROM t", "__source", "__bounded"):
+        assert source not in parts.released()
+
+
+def test_spark_sql_keeps_sums_exact_and_rows_from_raising(db):
+    sql = to_spark(_stages(db, QUERY).output("__groups"))
+    assert "SUM(CAST(" in sql and "DECIMAL(38, 0)" in sql
+    assert "INT128" not in sql and "HUGEINT" not in sql
+    guarded = to_spark(
+        _stages(
+            db,
+            "SELECT COUNT(*) FROM t WHERE v / 2 + 1 > CAST(s AS INT) % 3 "
+            "PRIVACY_UNIT uid BOUND ROWS 2",
+        ).output("__groups")
+    )
+    for function in ("TRY_DIVIDE", "TRY_ADD", "TRY_MOD", "TRY_CAST(s AS INT)"):
+        assert function in guarded
+    ranked = to_spark(
+        _stages(db, "SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2").output(
+            "__groups"
+        )
+    )
+    assert "XXHASH64(:privsql_secret" in ranked
+
+
+@pytest.mark.parametrize(
+    ("where", "refused"),
+    [
+        ("regexp_matches(s, 'x1')", "REGEXP"),
+        ("v // 2 > 1", "INTDIV"),
+        ("strlen(s) > 2", "STRLEN"),
+    ],
+)
+def test_spark_refuses_row_level_functions_it_cannot_match(db, where, refused):
+    statement = _stages(db, f"SELECT COUNT(*) FROM t WHERE {where} PRIVACY_UNIT uid BOUND ROWS 2")
+    with pytest.raises(UnsupportedQuery, match=refused):
+        to_spark(statement.output("__groups"))
+
+
+def test_spark_reads_one_parquet_path_only():
+    assert "parquet.`/data/*.parquet`" in to_spark("SELECT * FROM read_parquet('/data/*.parquet')")
+    for reader in ("read_parquet(['/a', '/b'])", "read_csv('/a.csv')"):
+        with pytest.raises(UnsupportedQuery, match="read_parquet"):
+            to_spark(f"SELECT * FROM {reader}")
+
+
+def test_a_ledger_file_keeps_the_budget_of_an_in_memory_database(tmp_path):
+    ledger = tmp_path / "ledger.duckdb"
+    for spent in (0.5, 1.0):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t AS SELECT i AS uid FROM range(10) AS r(i)")
+        db = privsql.connect(con, budget=2.0, ledger=ledger)
+        db.sql(
+            f"SELECT COUNT(*) AS n{spent * 2:g} FROM t PRIVACY_UNIT uid BOUND ROWS 1 EPSILON 0.5"
+        )
+        assert db.budget.spent == pytest.approx(spent)
+        db.close()
+    with pytest.raises(privsql.PrivacyError, match="spark"):
+        privsql.connect(engine="spark")

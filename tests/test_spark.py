@@ -1,0 +1,310 @@
+"""The Spark engine: the same queries on DuckDB and on Spark compute the same bounded
+aggregates, agree within 1% at ε = 1000 and in distribution at small ε, and charge the
+ledger alike; what Spark cannot compute exactly is refused.
+
+One local SparkSession serves the module (starting it dominates the run time).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install privsql[spark])")
+
+import privsql
+from privsql.session import FUNCTIONS
+from rewriter.analyze import analyze
+from rewriter.generate import stages
+from rewriter.plan import plan
+from rewriter.transpile import to_spark
+
+KEYS = {"g": [0, 1, 2, 3]}
+SECRET = 12345
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("privsql-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def _rows(units: int = 400, seed: int = 1) -> pd.DataFrame:
+    """Units with 1 to 12 rows each over 4 groups, values in [-50, 150] (some NULL)."""
+    generator = np.random.default_rng(seed)  # data, not noise
+    counts = generator.integers(1, 13, size=units)
+    uid = np.repeat(np.arange(units), counts)
+    n = len(uid)
+    v = generator.uniform(-50, 150, size=n).round(3)
+    v[generator.random(n) < 0.05] = np.nan
+    return pd.DataFrame(
+        {
+            "uid": uid.astype("int64"),
+            "g": generator.integers(0, 4, size=n).astype("int64"),
+            "v": v,
+            "w": (uid % 7).astype("float64"),  # constant per unit: any rows give the same sum
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def data(spark, tmp_path_factory):
+    frame = _rows()
+    path = tmp_path_factory.mktemp("spark") / "t.parquet"
+    frame.to_parquet(path)
+    spark.createDataFrame(frame).createOrReplaceTempView("t")
+    regions = pd.DataFrame({"g": [0, 1, 2, 3], "region": ["n", "n", "s", "s"]})
+    spark.createDataFrame(regions).createOrReplaceTempView("regions")
+    return frame, regions, str(path)
+
+
+def _duckdb(data, **options) -> privsql.Session:
+    frame, regions, _ = data
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    con.register("regions_frame", regions)
+    con.execute("CREATE TABLE regions AS SELECT * FROM regions_frame")
+    db = privsql.connect(con, insecure=True, **options)
+    db.protect("t", "uid", keys=KEYS)
+    db.public("regions")
+    return db
+
+
+def _spark(spark, **options) -> privsql.Session:
+    db = privsql.connect(engine="spark", spark=spark, insecure=True, **options)
+    db.protect("t", "uid", keys=KEYS)
+    db.public("regions")
+    return db
+
+
+AGGREGATIONS = [
+    "SELECT g, COUNT(*), SUM(v CLAMPED BETWEEN 0 AND 100), AVG(v CLAMPED BETWEEN -10 AND 90) "
+    "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
+    "SELECT g, COUNT(*), COUNT(v), COUNT(DISTINCT uid) FROM t WHERE v > 0 "
+    "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2 MAX_GROUPS 4",
+    "SELECT g, AVG(v CLAMPED BETWEEN -50 AND 150), COUNT(*) FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 4",
+    "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND WEIGHTS 2 MAX_GROUPS 4",
+    "SELECT g % 2 AS parity, SUM(w * 2 - 1 CLAMPED BETWEEN -5 AND 20) FROM t "
+    "WHERE v / 3 < 40 OR v IS NULL GROUP BY g % 2 PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 2",
+]
+"""Queries whose bounded aggregates do not depend on which rows or groups a cap keeps
+(counts, weights, clipping, per-unit-constant values), so both engines compute them exactly."""
+
+
+@pytest.mark.parametrize("query", AGGREGATIONS)
+def test_the_aggregation_part_is_exactly_the_same(spark, data, query):
+    """Every aggregated relation the release reads holds the same numbers on both engines."""
+    db = _duckdb(data)
+    analysis = analyze(query, db._catalog())
+    query_plan = plan(analysis, epsilon=1.0, delta=1e-6)
+    if query_plan.search is not None:  # BOUND CLIP: fix the threshold its search would choose
+        query_plan = query_plan.with_caps(dict.fromkeys(query_plan.search.rules, 5))
+    parts = stages(query_plan, FUNCTIONS)
+    for name in parts.outputs:
+        statement = parts.output(name)
+        parameters = {"privsql_secret": SECRET} if "$privsql_secret" in statement else None
+        expected = db._con.execute(statement, parameters).df()
+        found = spark.sql(to_spark(statement), args={"privsql_secret": SECRET}).toPandas()
+        assert list(found.columns) == list(expected.columns)
+        columns = list(expected.columns)
+        expected = expected.sort_values(columns).reset_index(drop=True).astype(float)
+        found = found.sort_values(columns).reset_index(drop=True).astype(float)
+        pd.testing.assert_frame_equal(found, expected, check_exact=True)
+
+
+AGREEING = [
+    "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s, "
+    "AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND WEIGHTS 5 MAX_GROUPS 4 ORDER BY g",
+    "SELECT g, COUNT(*) AS n, SUM(w CLAMPED BETWEEN 0 AND 10) AS s FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 4 ORDER BY g",
+    "SELECT r.region, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t "
+    "JOIN regions AS r ON t.g = r.g GROUP BY r.region "
+    "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 2 ORDER BY r.region",
+    "SELECT COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s FROM t PRIVACY_UNIT uid",
+    "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) AS m FROM t GROUP BY g "
+    "PRIVACY_UNIT uid BOUND ROWS 20 MAX_GROUPS 4 ORDER BY g",
+]
+
+
+@pytest.mark.parametrize("query", AGREEING)
+def test_engines_agree_within_one_percent_at_large_epsilon(spark, data, query):
+    on_duckdb = _duckdb(data, budget=1e4, epsilon=1000, seed=1).sql(query).df()
+    on_spark = _spark(spark, budget=1e4, epsilon=1000, seed=2).sql(query).df()
+    assert list(on_spark.columns) == list(on_duckdb.columns)
+    assert on_spark.shape == on_duckdb.shape
+    for column in on_duckdb.columns:
+        if pd.api.types.is_numeric_dtype(on_duckdb[column]):
+            np.testing.assert_allclose(on_spark[column], on_duckdb[column], rtol=0.01, atol=0.5)
+        else:
+            assert list(on_spark[column]) == list(on_duckdb[column])
+
+
+def test_a_parquet_path_reads_the_same(spark, data):
+    _, _, path = data
+    query = (
+        f"SELECT g, COUNT(*) AS n FROM read_parquet('{path}') GROUP BY g "
+        "PRIVACY_UNIT uid BOUND ROWS 2 MAX_GROUPS 4 ORDER BY g"
+    )
+    on_duckdb = _duckdb(data, budget=1e4, epsilon=1000, seed=1).sql(query, keys=KEYS).df()
+    on_spark = _spark(spark, budget=1e4, epsilon=1000, seed=2).sql(query, keys=KEYS).df()
+    np.testing.assert_allclose(on_spark["n"], on_duckdb["n"], rtol=0.01)
+
+
+def test_auto_bounds_and_thresholds_agree(spark, data):
+    """No BOUND and no bounds: both engines estimate bounds and the weighting threshold
+    from their per-unit summaries, and land on the same answer at large ε."""
+    query = "SELECT COUNT(*) AS n, SUM(v) AS s, AVG(v) AS a FROM t PRIVACY_UNIT uid"
+    on_duckdb = _duckdb(data, budget=1e4, epsilon=1000, seed=1).sql(query).df()
+    on_spark = _spark(spark, budget=1e4, epsilon=1000, seed=2).sql(query).df()
+    for column in ("n", "s", "a"):
+        np.testing.assert_allclose(on_spark[column], on_duckdb[column], rtol=0.01)
+
+
+def test_noise_agrees_in_distribution_at_small_epsilon(spark):
+    """Residuals of 4000 noisy counts whose exact value is known, per engine: the two
+    samples agree (two-sample KS) and each follows the discrete Laplace of scale 2/ε
+    (one-sample KS against it). Critical values are for α = 1e-6; one sample with 1.5×
+    too little or too much noise fails the one-sample test reliably (checked below)."""
+    groups, units = 1000, 3
+    frame = pd.DataFrame(
+        {"uid": np.repeat(np.arange(units), groups), "g": np.tile(np.arange(groups), units)}
+    )
+    spark.createDataFrame(frame).createOrReplaceTempView("grid")
+    keys = {"g": list(range(groups))}
+    query = "SELECT g, COUNT(*) AS n FROM grid GROUP BY g PRIVACY_UNIT uid BOUND ROWS 1 "
+    residuals = {}
+    for engine in ("duckdb", "spark"):
+        samples = []
+        for run in range(4):
+            if engine == "duckdb":
+                con = duckdb.connect()
+                con.register("frame", frame)
+                con.execute("CREATE TABLE grid AS SELECT * FROM frame")
+                db = privsql.connect(con, budget=100, epsilon=1.0, seed=10 + run, insecure=True)
+            else:
+                db = privsql.connect(
+                    engine="spark", spark=spark, budget=100, seed=20 + run, insecure=True
+                )
+            db.protect("grid", "uid")
+            noisy = db.sql(query + f"MAX_GROUPS {groups} EPSILON 1", keys=keys).df()
+            samples.append(noisy["n"].to_numpy() - units)
+        residuals[engine] = np.concatenate(samples)
+    duck, spk = residuals["duckdb"], residuals["spark"]
+    n = len(duck)
+    assert n == 4000
+    critical_two = np.sqrt(-np.log(1e-6 / 2) / 2) * np.sqrt(2 / n)
+    assert stats.ks_2samp(duck, spk).statistic < critical_two
+    # sensitivity of a count under ROWS 1 with MAX_GROUPS m: m, so the scale is m/ε
+    for sample in (duck, spk):
+        assert _ks_discrete_laplace(sample, groups / 1.0) < _critical_one(n)
+        assert _ks_discrete_laplace(sample, 1.5 * groups) > _critical_one(n)
+        assert _ks_discrete_laplace(sample, groups / 1.5) > _critical_one(n)
+
+
+def _critical_one(n: int) -> float:
+    return np.sqrt(-np.log(1e-6 / 2) / (2 * n))
+
+
+def _ks_discrete_laplace(sample: np.ndarray, scale: float) -> float:
+    """Sup distance between the sample's CDF and the discrete Laplace of ``scale``."""
+    values = np.sort(sample)
+    p = np.exp(-1 / scale)
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        x = np.floor(x)
+        below = p ** (-x) / (1 + p)  # P(X <= x) for x < 0
+        above = 1 - p ** (x + 1) / (1 + p)
+        return np.where(x < 0, below, above)
+
+    empirical_after = np.arange(1, len(values) + 1) / len(values)
+    empirical_before = np.arange(len(values)) / len(values)
+    model = cdf(values)
+    model_before = cdf(values - 1)
+    return float(
+        max(
+            np.max(np.abs(empirical_after - model)), np.max(np.abs(empirical_before - model_before))
+        )
+    )
+
+
+def test_the_ledger_is_charged_alike_and_durable(spark, data, tmp_path):
+    query = "SELECT COUNT(*) AS n FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 0.5"
+    ledger = tmp_path / "ledger.duckdb"
+    on_duckdb = _duckdb(data, budget=2.0, seed=1)
+    on_spark = _spark(spark, budget=2.0, seed=2, ledger=ledger)
+    first = on_spark.sql(query)
+    on_duckdb.sql(query)
+    assert on_spark.budget.spent == on_duckdb.budget.spent == pytest.approx(0.5)
+    again = on_spark.sql(query)  # same query, same data: the stored answer, free
+    assert again.cached and again.df().equals(first.df())
+    assert on_spark.budget.spent == pytest.approx(0.5)
+    on_spark.close()
+    reopened = privsql.connect(engine="spark", spark=spark, ledger=ledger)
+    assert reopened.budget.spent == pytest.approx(0.5)
+    assert [c.epsilon for c in reopened.budget.history] == [0.5]
+    with pytest.raises(privsql.BudgetExceeded):
+        reopened.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 1.6")
+    reopened.close()
+
+
+def test_public_tables_are_read_exactly(spark, data):
+    result = _spark(spark).sql("SELECT region, count(*) AS n FROM regions GROUP BY region")
+    assert sorted(result.df()["n"]) == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("SELECT VAR_POP(v CLAMPED BETWEEN 0 AND 1) FROM t PRIVACY_UNIT uid", "VAR and STDDEV"),
+        (
+            "SELECT COUNT(*) FROM t WHERE g IN (SELECT g FROM regions) PRIVACY_UNIT uid",
+            "subqueries",
+        ),
+        (
+            "SELECT COUNT(*) FROM t WHERE regexp_matches(CAST(v AS VARCHAR), '1') "
+            "PRIVACY_UNIT uid BOUND ROWS 1",
+            "not supported in row-level expressions",
+        ),
+        (
+            "SELECT COUNT(*) FROM read_csv('x.csv') PRIVACY_UNIT uid BOUND ROWS 1",
+            "read_parquet",
+        ),
+    ],
+)
+def test_what_spark_cannot_compute_exactly_is_refused(spark, data, query, message):
+    db = _spark(spark, budget=1.0)
+    with pytest.raises(privsql.PrivacyError, match=message):
+        db.sql(query)
+    assert db.budget.spent == 0
+
+
+def test_ansi_mode_is_refused(spark, data):
+    db = _spark(spark, budget=1.0)
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        with pytest.raises(privsql.PrivacyError, match="ansi"):
+            db.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS 1")
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "false")
+    assert db.budget.spent == 0
