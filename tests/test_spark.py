@@ -2,7 +2,9 @@
 aggregates, agree within 1% at ε = 1000 and in distribution at small ε, and charge the
 ledger alike; what Spark cannot compute exactly is refused.
 
-One local SparkSession serves the module (starting it dominates the run time).
+One local SparkSession serves the module (starting it dominates the run time). The default
+run covers every engine path but CLIP, quantiles and AUTO searches; those are marked slow:
+``python -m pytest tests/test_spark.py -m "slow or not slow"`` runs them all.
 """
 
 from __future__ import annotations
@@ -100,10 +102,16 @@ AGGREGATIONS = [
     "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
     "SELECT g, COUNT(*), COUNT(v), COUNT(DISTINCT uid) FROM t WHERE v > 0 "
     "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2 MAX_GROUPS 4",
-    "SELECT g, AVG(v CLAMPED BETWEEN -50 AND 150), COUNT(*) FROM t GROUP BY g "
-    "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 4",
-    "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) FROM t GROUP BY g "
-    "PRIVACY_UNIT uid BOUND WEIGHTS 2 MAX_GROUPS 4",
+    pytest.param(
+        "SELECT g, AVG(v CLAMPED BETWEEN -50 AND 150), COUNT(*) FROM t GROUP BY g "
+        "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 4",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) FROM t GROUP BY g "
+        "PRIVACY_UNIT uid BOUND WEIGHTS 2 MAX_GROUPS 4",
+        marks=pytest.mark.slow,
+    ),
     "SELECT g % 2 AS parity, SUM(w * 2 - 1 CLAMPED BETWEEN -5 AND 20) FROM t "
     "WHERE v / 3 < 40 OR v IS NULL GROUP BY g % 2 PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 2",
 ]
@@ -138,12 +146,18 @@ AGREEING = [
     "PRIVACY_UNIT uid BOUND WEIGHTS 5 MAX_GROUPS 4 ORDER BY g",
     "SELECT g, COUNT(*) AS n, SUM(w CLAMPED BETWEEN 0 AND 10) AS s FROM t GROUP BY g "
     "PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 4 ORDER BY g",
-    "SELECT r.region, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t "
-    "JOIN regions AS r ON t.g = r.g GROUP BY r.region "
-    "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 2 ORDER BY r.region",
     "SELECT COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s FROM t PRIVACY_UNIT uid",
-    "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) AS m FROM t GROUP BY g "
-    "PRIVACY_UNIT uid BOUND ROWS 20 MAX_GROUPS 4 ORDER BY g",
+    pytest.param(
+        "SELECT r.region, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t "
+        "JOIN regions AS r ON t.g = r.g GROUP BY r.region "
+        "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 2 ORDER BY r.region",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) AS m FROM t GROUP BY g "
+        "PRIVACY_UNIT uid BOUND ROWS 20 MAX_GROUPS 4 ORDER BY g",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
@@ -171,6 +185,7 @@ def test_a_parquet_path_reads_the_same(spark, data):
     np.testing.assert_allclose(on_spark["n"], on_duckdb["n"], rtol=0.01)
 
 
+@pytest.mark.slow
 def test_auto_bounds_and_thresholds_agree(spark, data):
     """No BOUND and no bounds: both engines estimate bounds and the weighting threshold
     from their per-unit summaries, and land on the same answer at large ε."""
