@@ -83,7 +83,7 @@ def planned(db: privsql.Session, sql: str, keys: dict | None = None) -> Plan:
     query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1.0, delta=1e-6)
     if query_plan.search is None:
         return query_plan
-    summary = db._run(threshold_sql(query_plan, CANDIDATES)).fetchall()[0]
+    summary = db._engine.row(threshold_sql(query_plan, CANDIDATES), db._ledger.secret)
     return query_plan.with_caps(db._thresholds(query_plan, summary))
 
 
@@ -299,7 +299,9 @@ def test_threshold_search_on_ordinary_data(visits, strategy):
     sql = f"SELECT AVG({CLAMP}) FROM visits PRIVACY_UNIT uid {strategy} EPSILON 20"
     query_plan = plan(analyze(sql, db._catalog()), epsilon=1.0, delta=1e-6)
     summaries = on_neighbours(
-        con, query_plan, lambda c, p: db._run(threshold_sql(p, CANDIDATES)).fetchall()[0]
+        con,
+        query_plan,
+        lambda c, p: db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret),
     )
 
     def sample(neighbour: bool, n: int) -> list[list[int]]:

@@ -201,7 +201,7 @@ def test_noise_agrees_in_distribution_at_small_epsilon(spark):
     samples agree (two-sample KS) and each follows the discrete Laplace of scale 2/ε
     (one-sample KS against it). Critical values are for α = 1e-6; one sample with 1.5×
     too little or too much noise fails the one-sample test reliably (checked below)."""
-    groups, units = 1000, 3
+    groups, units = 2000, 3
     frame = pd.DataFrame(
         {"uid": np.repeat(np.arange(units), groups), "g": np.tile(np.arange(groups), units)}
     )
@@ -211,7 +211,7 @@ def test_noise_agrees_in_distribution_at_small_epsilon(spark):
     residuals = {}
     for engine in ("duckdb", "spark"):
         samples = []
-        for run in range(4):
+        for run in range(2):
             if engine == "duckdb":
                 con = duckdb.connect()
                 con.register("frame", frame)
