@@ -278,7 +278,9 @@ def test_rank_rule_threshold_search(cells, weaken):
     search = query_plan.search
     assert (search.rules, search.rank) == (("rank",), 10)
     summaries = on_neighbours(
-        con, query_plan, lambda c, p: db._run(threshold_sql(p, CANDIDATES)).fetchall()[0]
+        con,
+        query_plan,
+        lambda c, p: db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret),
     )
 
     def sample(neighbour: bool, n: int) -> list[int]:
