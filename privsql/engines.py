@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from rewriter.analyze import SPREADS, Analysis
+from rewriter.analyze import Analysis
 from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.generate import SECRET, Stages
 from rewriter.transpile import to_spark
@@ -122,12 +122,6 @@ class DuckDBEngine:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
 
 
-SPARK_UNSUPPORTED = {
-    **{kind: "VAR and STDDEV" for kind in SPREADS.values()},
-}
-"""Aggregates the Spark engine refuses, by kind (their sums of squares need HUGEINT range)."""
-
-
 class SparkEngine:
     """The data is in Spark; aggregation runs there, the release in the local DuckDB.
 
@@ -156,11 +150,6 @@ class SparkEngine:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
     def check(self, analysis: Analysis) -> None:
-        for aggregate in analysis.aggregates:
-            if aggregate.kind in SPARK_UNSUPPORTED:
-                raise UnsupportedQuery(
-                    f"{SPARK_UNSUPPORTED[aggregate.kind]} are not supported on the Spark engine yet"
-                )
         nested = [q for q in analysis.select.find_all(exp.Query) if q is not analysis.select]
         if nested:
             raise UnsupportedQuery("subqueries and CTEs are not supported on the Spark engine yet")

@@ -112,6 +112,11 @@ AGGREGATIONS = [
         "PRIVACY_UNIT uid BOUND WEIGHTS 2 MAX_GROUPS 4",
         marks=pytest.mark.slow,
     ),
+    pytest.param(
+        "SELECT g, VAR_SAMP(v CLAMPED BETWEEN -50 AND 150), STDDEV(w CLAMPED BETWEEN 0 AND 6) "
+        "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
+        marks=pytest.mark.slow,
+    ),
     "SELECT g % 2 AS parity, SUM(w * 2 - 1 CLAMPED BETWEEN -5 AND 20) FROM t "
     "WHERE v / 3 < 40 OR v IS NULL GROUP BY g % 2 PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 2",
 ]
@@ -291,7 +296,10 @@ def test_public_tables_are_read_exactly(spark, data):
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("SELECT VAR_POP(v CLAMPED BETWEEN 0 AND 1) FROM t PRIVACY_UNIT uid", "VAR and STDDEV"),
+        (
+            "WITH x AS (SELECT * FROM t) SELECT COUNT(*) FROM x PRIVACY_UNIT uid BOUND ROWS 1",
+            "CTEs",
+        ),
         (
             "SELECT COUNT(*) FROM t WHERE g IN (SELECT g FROM regions) PRIVACY_UNIT uid",
             "subqueries",
