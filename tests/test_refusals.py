@@ -1153,10 +1153,58 @@ def test_engine_errors_do_not_reveal_one_unit(expression: str) -> None:
     database that holds that unit and answers on the one without it, the error itself
     reveals the unit's presence with certainty.
     """
-    sql = (
-        f"SELECT COUNT(*) FROM visits WHERE CASE WHEN user_id = 900007 THEN {expression} "
-        f"ELSE true END {U} EPSILON 0.5"
+    _assert_same_outcome_without_one_unit(
+        f"SELECT COUNT(*) FROM visits WHERE {ONLY_ONE_UNIT.format(expression=expression)} "
+        f"{U} EPSILON 0.5"
     )
+
+
+ONLY_ONE_UNIT = "CASE WHEN user_id = 900007 THEN {expression} ELSE true END"
+"""A condition that evaluates ``expression`` on the rows of unit 900007 only."""
+
+RELATIONS_ERRORING = [
+    pytest.param(
+        "SELECT COUNT(*) FROM (SELECT user_id, {only} AS ok FROM visits) AS s WHERE ok {U}",
+        id="derived-table-column",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) FROM (SELECT user_id FROM visits WHERE {only}) AS s {U}",
+        id="derived-table-where",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) FROM (SELECT v.user_id FROM visits AS v JOIN sites AS s "
+        "ON v.site = s.site AND {only}) AS t {U}",
+        id="derived-table-join-on",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) FROM (SELECT user_id, BOOL_AND({only}) AS ok FROM visits "
+        "GROUP BY user_id) AS s WHERE ok {U}",
+        id="per-unit-aggregate",
+    ),
+    pytest.param(
+        "SELECT COUNT(*) FROM visits AS v JOIN visits AS w "
+        "ON v.user_id = w.user_id AND {only_v} {V}",
+        id="private-join-on",
+    ),
+]
+
+
+@pytest.mark.parametrize("expression", ERRORING[1:3])
+@pytest.mark.parametrize("shape", RELATIONS_ERRORING)
+def test_engine_errors_in_private_relations_do_not_reveal_one_unit(
+    shape: str, expression: str
+) -> None:
+    """The same, with the failing expression inside a derived table, a per-unit
+    aggregate or a join of private sources."""
+    only = ONLY_ONE_UNIT.format(expression=expression)
+    only_v = only.replace("user_id", "v.user_id").replace("note", "v.note")
+    only_v = only_v.replace("amount", "v.amount")
+    sql = shape.format(only=only, only_v=only_v, U=U, V=V) + " EPSILON 0.5"
+    # guarded, the failing expression is NULL: the query answers on both databases
+    assert _assert_same_outcome_without_one_unit(sql) == "answered"
+
+
+def _assert_same_outcome_without_one_unit(sql: str) -> str:
     outcomes = []
     for remove in (False, True):
         con = make_connection()
@@ -1169,6 +1217,7 @@ def test_engine_errors_do_not_reveal_one_unit(expression: str) -> None:
     assert outcomes[0] == outcomes[1]
     for value in PRIVATE_VALUES[:3]:
         assert value not in outcomes[0]
+    return outcomes[0]
 
 
 # -- extreme values: refused as PrivacyError or answered, never a crash ------------------------
