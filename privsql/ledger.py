@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -96,6 +96,8 @@ class _State:
     secret: int
     entries: int
     head: str
+    declared: str
+    """The MAC of the declarations (``Ledger._declared``)."""
     mac: str
 
 
@@ -150,13 +152,15 @@ class Ledger:
             present = set(self._tables())
             if not present:
                 self._create(budget)
-            elif present != set(TABLES):
-                missing = ", ".join(sorted(set(TABLES) - present))
+            elif missing := ", ".join(sorted(set(TABLES) - present)):
                 raise LedgerCorrupted(f"the ledger's tables {missing} are missing")
             self._key = self._read_key()
             with self._transaction():
-                total = self._state().total
+                state = self._state()
+                self._check_tail(state)
+                self._sources(state)
                 self._history()
+                total = state.total
             if budget is not None and _checked_budget(budget) != total:
                 raise PrivacyError(
                     f"this database's budget is fixed at ε = {total:g}; it cannot be changed"
@@ -195,7 +199,8 @@ class Ledger:
             con.execute(
                 f"CREATE TABLE {SCHEMA}.budget (id INTEGER PRIMARY KEY, total DOUBLE NOT NULL, "
                 "spent DOUBLE NOT NULL, delta DOUBLE NOT NULL, secret BIGINT NOT NULL, "
-                "entries BIGINT NOT NULL, head VARCHAR NOT NULL, mac VARCHAR NOT NULL)"
+                "entries BIGINT NOT NULL, head VARCHAR NOT NULL, declared VARCHAR NOT NULL, "
+                "mac VARCHAR NOT NULL)"
             )
             con.execute(
                 f"CREATE TABLE {SCHEMA}.history (seq BIGINT PRIMARY KEY, charged_at TIMESTAMP, "
@@ -213,18 +218,9 @@ class Ledger:
                 con.execute(f"CREATE TABLE {SCHEMA}.key (key BLOB)")
                 con.execute(f"INSERT INTO {SCHEMA}.key VALUES (?)", [key])
             self._key = key
-            state = self._sealed(total, 0.0, 0.0, secrets.randbits(63), 0, "", [])
+            state = self._sealed(total, 0.0, 0.0, secrets.randbits(63), 0, "", self._declared([]))
             con.execute(
-                f"INSERT INTO {SCHEMA}.budget VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    state.total,
-                    state.spent,
-                    state.delta,
-                    state.secret,
-                    state.entries,
-                    state.head,
-                    state.mac,
-                ],
+                f"INSERT INTO {SCHEMA}.budget VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)", astuple(state)
             )
 
     def _read_key(self) -> bytes:
@@ -256,43 +252,53 @@ class Ledger:
         secret: int,
         entries: int,
         head: str,
-        sources: list[tuple],
+        declared: str,
     ) -> _State:
-        mac = self._mac("budget", total, spent, delta, secret, entries, head, sources)
-        return _State(total, spent, delta, secret, entries, head, mac)
+        mac = self._mac("budget", total, spent, delta, secret, entries, head, declared)
+        return _State(total, spent, delta, secret, entries, head, declared, mac)
+
+    def _declared(self, sources: list[list]) -> str:
+        return self._mac("sources", sources)
 
     def _entry_mac(self, seq: int, at: datetime, query: str, eps: float, delta: float, prev: str):
         return self._mac("history", seq, at.isoformat(), query, eps, delta, prev)
 
-    def _sources(self) -> list[tuple]:
-        return [
-            list(row)
-            for row in self._con.execute(
-                f"SELECT name, public, privacy_unit, bounds, keys FROM {SCHEMA}.sources "
-                "ORDER BY name"
-            ).fetchall()
-        ]
+    def _read_sources(self) -> list[list]:
+        rows = self._con.execute(
+            f"SELECT name, public, privacy_unit, bounds, keys FROM {SCHEMA}.sources ORDER BY name"
+        ).fetchall()
+        return [list(row) for row in rows]
+
+    def _sources(self, state: _State) -> list[list]:
+        """The declarations, sorted by name, after checking them against ``state``."""
+        sources = self._read_sources()
+        if not hmac.compare_digest(self._declared(sources), state.declared):
+            raise LedgerCorrupted("the declarations were changed outside privsql; refusing service")
+        return sources
 
     def _state(self) -> _State:
-        """The budget row, after checking its MAC, the declarations it covers and the
-        history's last link (``_history`` checks the whole chain); call it in a snapshot."""
+        """The budget row, after checking its MAC."""
         rows = self._con.execute(
-            f"SELECT id, total, spent, delta, secret, entries, head, mac FROM {SCHEMA}.budget"
+            f"SELECT id, total, spent, delta, secret, entries, head, declared, mac "
+            f"FROM {SCHEMA}.budget"
         ).fetchall()
         if len(rows) != 1 or rows[0][0] != 1:
             raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
         state = _State(*rows[0][1:])
-        expected = self._sealed(*rows[0][1:7], self._sources())
-        if not hmac.compare_digest(expected.mac, str(state.mac)):
+        if not hmac.compare_digest(self._sealed(*rows[0][1:8]).mac, str(state.mac)):
             raise LedgerCorrupted(
-                "the ledger's budget or declarations were changed outside privsql; refusing service"
+                "the ledger's budget was changed outside privsql; refusing service"
             )
-        last = self._con.execute(
-            f"SELECT count(*), max(seq), arg_max(mac, seq) FROM {SCHEMA}.history"
-        ).fetchall()[0]
-        if (last[0], last[1] or 0, last[2] or "") != (state.entries, state.entries, state.head):
-            raise LedgerCorrupted("the ledger's history was changed outside privsql")
         return state
+
+    def _check_tail(self, state: _State) -> None:
+        """The history ends where ``state`` says (``_history`` checks every link)."""
+        tail = self._con.execute(
+            f"SELECT count(*), coalesce(max(seq), 0), coalesce(arg_max(mac, seq), '') "
+            f"FROM {SCHEMA}.history"
+        ).fetchall()[0]
+        if tail != (state.entries, state.entries, state.head):
+            raise LedgerCorrupted("the ledger's history was changed outside privsql")
 
     def _history(self) -> list[Charge]:
         rows = self._con.execute(
@@ -310,22 +316,22 @@ class Ledger:
 
     @property
     def total(self) -> float:
-        with self._snapshot():
+        with self._lock:
             return self._state().total
 
     @property
     def spent(self) -> float:
-        with self._snapshot():
+        with self._lock:
             return self._state().spent
 
     @property
     def delta_spent(self) -> float:
-        with self._snapshot():
+        with self._lock:
             return self._state().delta
 
     @property
     def remaining(self) -> float:
-        with self._snapshot():
+        with self._lock:
             state = self._state()
         return max(0.0, state.total - state.spent)
 
@@ -334,7 +340,7 @@ class Ledger:
         """The database's hashing secret: which rows and groups a unit keeps (fixed at
         creation, so read once)."""
         if self._secret is None:
-            with self._snapshot():
+            with self._lock:
                 self._secret = self._state().secret
         return self._secret
 
@@ -342,11 +348,11 @@ class Ledger:
     def history(self) -> list[Charge]:
         """Every charge, oldest first, after checking the whole chain."""
         with self._snapshot():
-            self._state()
+            self._check_tail(self._state())
             return self._history()
 
     def affordable(self, epsilon: float) -> bool:
-        with self._snapshot():
+        with self._lock:
             state = self._state()
         return state.spent + epsilon <= state.total * (1 + TOLERANCE)
 
@@ -383,6 +389,7 @@ class Ledger:
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None
     ) -> None:
         state = self._state()
+        self._check_tail(state)
         spent = state.spent + epsilon
         if spent > state.total * (1 + TOLERANCE):
             raise BudgetExceeded(
@@ -400,7 +407,7 @@ class Ledger:
             state.secret,
             seq,
             link,
-            self._sources(),
+            state.declared,
         )
         self._compare_and_set(state, new)
         self._execute(
@@ -422,9 +429,9 @@ class Ledger:
     def _compare_and_set(self, old: _State, new: _State) -> None:
         """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
         updated = self._execute(
-            f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, mac = ? "
-            "WHERE id = 1 AND mac = ? RETURNING id",
-            [new.spent, new.delta, new.entries, new.head, new.mac, old.mac],
+            f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, "
+            "declared = ?, mac = ? WHERE id = 1 AND mac = ? RETURNING id",
+            [new.spent, new.delta, new.entries, new.head, new.declared, new.mac, old.mac],
         ).fetchall()
         if not updated:
             raise duckdb.TransactionException("the budget row changed meanwhile")
@@ -514,15 +521,15 @@ class Ledger:
 
     def _declare_once(self, row: list) -> None:
         state = self._state()
+        self._sources(state)  # never re-seal declarations changed outside privsql
         self._execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?)", row)
         fields = (state.total, state.spent, state.delta, state.secret, state.entries, state.head)
-        self._compare_and_set(state, self._sealed(*fields, self._sources()))
+        self._compare_and_set(state, self._sealed(*fields, self._declared(self._read_sources())))
 
     def declarations(self) -> dict[str, tuple[Protection | None, bool]]:
         """Declared sources by lower-case name: (protection or None, is public)."""
         with self._snapshot():
-            self._state()
-            rows = self._sources()
+            rows = self._sources(self._state())
         result: dict[str, tuple[Protection | None, bool]] = {}
         for name, public, unit, bounds, keys in rows:
             if public:
