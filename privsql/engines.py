@@ -22,7 +22,7 @@ from sqlglot import exp
 from rewriter.analyze import Analysis
 from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.generate import SECRET, Stages
-from rewriter.transpile import to_spark
+from rewriter.transpile import check_for_spark, to_spark
 
 T = TypeVar("T")
 WITHHELD = (
@@ -150,9 +150,7 @@ class SparkEngine:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
     def check(self, analysis: Analysis) -> None:
-        nested = [q for q in analysis.select.find_all(exp.Query) if q is not analysis.select]
-        if nested:
-            raise UnsupportedQuery("subqueries and CTEs are not supported on the Spark engine yet")
+        check_for_spark(analysis.select)
         ansi = self._spark.conf.get("spark.sql.ansi.enabled", "false")
         if str(ansi).lower() == "true":
             raise PrivacyError(

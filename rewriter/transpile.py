@@ -88,6 +88,26 @@ Spark: operations that compute the same value as on DuckDB and, written as below
 raise. Anything else is refused rather than risk a data-dependent error or another value."""
 
 
+def check_for_spark(select: exp.Select) -> None:
+    """Refuse a query whose nested queries (CTEs, derived tables, subqueries) use functions
+    outside ``SPARK_ROW_LEVEL`` (aggregates of public subqueries aside).
+
+    Their row-level expressions over private rows are guarded like the outer query's (they
+    reach Spark inside TRY); what is not — projections of public data, correlations — must
+    still compute what DuckDB computes and, with ANSI mode off, cannot raise.
+    """
+    for query in select.find_all(exp.Query):
+        if query is select:
+            continue
+        for node in query.walk():
+            if isinstance(node, exp.Func) and not isinstance(
+                node, (*SPARK_ROW_LEVEL, exp.Count, exp.Max, exp.Min, exp.Sum)
+            ):
+                raise UnsupportedQuery(
+                    f"{_name(node)} is not supported in nested queries on the Spark engine"
+                )
+
+
 def to_spark(sql: str) -> str:
     """A generated DuckDB statement as Spark SQL; the secret becomes ``:privsql_secret``."""
     tree = sqlglot.parse_one(sql, read="duckdb")

@@ -102,6 +102,10 @@ AGGREGATIONS = [
     "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
     "SELECT g, COUNT(*), COUNT(v), COUNT(DISTINCT uid) FROM t WHERE v > 0 "
     "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2 MAX_GROUPS 4",
+    "WITH x AS (SELECT uid, g, v * 2 - 1 AS v2 FROM t WHERE v > 0) "
+    "SELECT g, SUM(v2 CLAMPED BETWEEN 0 AND 300), COUNT(*) FROM x "
+    "WHERE g IN (SELECT g FROM regions WHERE region = 'n') GROUP BY g "
+    "PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
     pytest.param(
         "SELECT g, AVG(v CLAMPED BETWEEN -50 AND 150), COUNT(*) FROM t GROUP BY g "
         "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 4",
@@ -152,6 +156,9 @@ AGREEING = [
     "SELECT g, COUNT(*) AS n, SUM(w CLAMPED BETWEEN 0 AND 10) AS s FROM t GROUP BY g "
     "PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 4 ORDER BY g",
     "SELECT COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s FROM t PRIVACY_UNIT uid",
+    "WITH x AS (SELECT uid, g, v * 2 AS v2 FROM t WHERE v > 0) SELECT g, COUNT(*) AS n, "
+    "SUM(v2 CLAMPED BETWEEN 0 AND 300) AS s FROM x WHERE g IN (SELECT g FROM regions) "
+    "GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 5 MAX_GROUPS 4 ORDER BY g",
     pytest.param(
         "SELECT r.region, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t "
         "JOIN regions AS r ON t.g = r.g GROUP BY r.region "
@@ -297,12 +304,14 @@ def test_public_tables_are_read_exactly(spark, data):
     ("query", "message"),
     [
         (
-            "WITH x AS (SELECT * FROM t) SELECT COUNT(*) FROM x PRIVACY_UNIT uid BOUND ROWS 1",
-            "CTEs",
+            "WITH x AS (SELECT uid, md5(CAST(v AS VARCHAR)) AS h FROM t) "
+            "SELECT COUNT(*) FROM x PRIVACY_UNIT uid BOUND ROWS 1",
+            "MD5 is not supported in nested queries",
         ),
         (
-            "SELECT COUNT(*) FROM t WHERE g IN (SELECT g FROM regions) PRIVACY_UNIT uid",
-            "subqueries",
+            "SELECT COUNT(*) FROM t WHERE g IN (SELECT g FROM regions WHERE "
+            "regexp_matches(region, 'n')) PRIVACY_UNIT uid BOUND ROWS 1",
+            "not supported in nested queries",
         ),
         (
             "SELECT COUNT(*) FROM t WHERE regexp_matches(CAST(v AS VARCHAR), '1') "
