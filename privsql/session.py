@@ -583,6 +583,10 @@ def connect(
     if engine == "spark":
         if spark is None:
             raise PrivacyError("engine='spark' needs spark=<SparkSession>")
+        if not (isinstance(database, str) and database == ":memory:"):
+            raise PrivacyError(
+                "engine='spark' reads Spark's tables: name the ledger's file with ledger="
+            )
         connection = open_database(ledger or ":memory:", lock_timeout)
         return Session(connection, **settings, engine=SparkEngine(spark, connection))
     if engine != "duckdb":

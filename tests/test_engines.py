@@ -115,3 +115,5 @@ def test_a_ledger_file_keeps_the_budget_of_an_in_memory_database(tmp_path):
         db.close()
     with pytest.raises(privsql.PrivacyError, match="spark"):
         privsql.connect(engine="spark")
+    with pytest.raises(privsql.PrivacyError, match="ledger="):
+        privsql.connect(tmp_path / "data.duckdb", engine="spark", spark=object())
