@@ -165,18 +165,20 @@ class SparkEngine:
         try:
             return work()
         except AnalysisException as error:  # decided from the SQL and the schema alone
-            refusal = f"Spark cannot run the query: {_first_line(error)}"
+            outcome: PrivacyError = UnsupportedQuery(
+                f"Spark cannot run the query: {_first_line(error)}"
+            )
         except (PySparkException, Py4JError) as error:
-            refusal, failure = "", type(error).__name__
-        if refusal:  # raised outside the handlers: no engine exception in the context
-            raise UnsupportedQuery(refusal)
-        raise PrivacyError(WITHHELD.format(failure))
+            outcome = PrivacyError(WITHHELD.format(type(error).__name__))
+        raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:
         return tuple(self._sql(statement, secret).collect()[0])
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
-        outputs = {name: _arrow(self._sql(stages.output(name), secret)) for name in stages.outputs}
+        outputs = {
+            name: self._sql(stages.output(name), secret).toArrow() for name in stages.outputs
+        }
         for name, table in outputs.items():
             self._con.register(name, table)
         try:
@@ -188,12 +190,7 @@ class SparkEngine:
                 self._con.unregister(name)
 
     def public(self, query: exp.Query) -> pa.Table:
-        return _arrow(self._spark.sql(query.sql(dialect="spark")))
-
-
-def _arrow(frame: Any) -> pa.Table:
-    """A Spark DataFrame's rows as Arrow."""
-    return frame.toArrow()
+        return self._spark.sql(query.sql(dialect="spark")).toArrow()
 
 
 def _first_line(error: Exception) -> str:
