@@ -97,6 +97,10 @@ def _spark(spark, **options) -> privsql.Session:
     return db
 
 
+def _slow(query: str) -> object:
+    return pytest.param(query, marks=pytest.mark.slow)
+
+
 AGGREGATIONS = [
     "SELECT g, COUNT(*), SUM(v CLAMPED BETWEEN 0 AND 100), AVG(v CLAMPED BETWEEN -10 AND 90) "
     "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
@@ -106,20 +110,17 @@ AGGREGATIONS = [
     "SELECT g, SUM(v2 CLAMPED BETWEEN 0 AND 300), COUNT(*) FROM x "
     "WHERE g IN (SELECT g FROM regions WHERE region = 'n') GROUP BY g "
     "PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
-    pytest.param(
+    _slow(
         "SELECT g, AVG(v CLAMPED BETWEEN -50 AND 150), COUNT(*) FROM t GROUP BY g "
         "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 4",
-        marks=pytest.mark.slow,
     ),
-    pytest.param(
+    _slow(
         "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) FROM t GROUP BY g "
         "PRIVACY_UNIT uid BOUND WEIGHTS 2 MAX_GROUPS 4",
-        marks=pytest.mark.slow,
     ),
-    pytest.param(
+    _slow(
         "SELECT g, VAR_SAMP(v CLAMPED BETWEEN -50 AND 150), STDDEV(w CLAMPED BETWEEN 0 AND 6) "
         "FROM t GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 3 MAX_GROUPS 4",
-        marks=pytest.mark.slow,
     ),
     "SELECT g % 2 AS parity, SUM(w * 2 - 1 CLAMPED BETWEEN -5 AND 20) FROM t "
     "WHERE v / 3 < 40 OR v IS NULL GROUP BY g % 2 PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 2",
@@ -159,16 +160,14 @@ AGREEING = [
     "WITH x AS (SELECT uid, g, v * 2 AS v2 FROM t WHERE v > 0) SELECT g, COUNT(*) AS n, "
     "SUM(v2 CLAMPED BETWEEN 0 AND 300) AS s FROM x WHERE g IN (SELECT g FROM regions) "
     "GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS 5 MAX_GROUPS 4 ORDER BY g",
-    pytest.param(
+    _slow(
         "SELECT r.region, COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 100) AS a FROM t "
         "JOIN regions AS r ON t.g = r.g GROUP BY r.region "
         "PRIVACY_UNIT uid BOUND CLIP MAX_GROUPS 2 ORDER BY r.region",
-        marks=pytest.mark.slow,
     ),
-    pytest.param(
+    _slow(
         "SELECT g, MEDIAN(v CLAMPED BETWEEN -50 AND 150) AS m FROM t GROUP BY g "
         "PRIVACY_UNIT uid BOUND ROWS 20 MAX_GROUPS 4 ORDER BY g",
-        marks=pytest.mark.slow,
     ),
 ]
 
