@@ -20,14 +20,14 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlglot import exp
 
 import udfs
+from privsql.accuracy import half_widths
 from privsql.engines import DuckDBEngine, Engine, SparkEngine
 from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, open_database
-from privsql.result import HalfWidth, Result
-from rewriter.analyze import AggregateKind, Analysis, PublicQuery, analyze
+from privsql.result import Result
+from rewriter.analyze import Analysis, PublicQuery, analyze
 from rewriter.catalog import Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
@@ -37,7 +37,6 @@ from rewriter.generate import (
     Functions,
     bounds_sql,
     generate,
-    output_name,
     stages,
     threshold_sql,
 )
@@ -48,7 +47,6 @@ from rewriter.plan import (
     BoundsSearch,
     Measurement,
     Plan,
-    Statistic,
     bounds_search,
     plan,
 )
@@ -97,7 +95,7 @@ class Explanation:
                 detail = (
                     f"95% rank error ≤ {a['scale']:g} rows" if known else "set by the threshold"
                 )
-                detail += f", {BUCKETS} buckets"
+                detail += f", {BUCKETS} buckets, 95% interval ε = {a['interval_epsilon']:g}"
             lines.append(
                 f"  {a['aggregate']}: {a['mechanism']} on {a['measurement']}, "
                 f"ε = {a['epsilon']:g}, {detail}"
@@ -336,8 +334,8 @@ class Session:
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.keep}(u, g, e, d) AS {names.keep}(u, g, e, d)"
         )
         self._con.execute(
-            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.quantile}(b, w, p, lo, hi, n, e, u) AS "
-            f"{names.quantile}(b, w, p, lo, hi, n, e, u)"
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.quantile}(b, w, p, lo, hi, n, e, ie, u) AS "
+            f"{names.quantile}(b, w, p, lo, hi, n, e, ie, u)"
         )
         return names
 
@@ -441,7 +439,7 @@ class Session:
     def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
         visible = table.drop_columns(support)
-        widths = _half_widths(query_plan, table)
+        widths = half_widths(query_plan, table)
         return Result(
             visible,
             epsilon=0.0 if cached else query_plan.epsilon,
@@ -478,6 +476,7 @@ def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: boo
         "measurement": m.name,
         "mechanism": mechanism,
         "epsilon": m.epsilon,
+        "interval_epsilon": m.interval_epsilon,
         "scale": scale,
     }
 
@@ -496,58 +495,6 @@ def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:
         epsilon,
         delta,
     )
-
-
-LAPLACE_STATISTICS = (
-    AggregateKind.COUNT_ROWS,
-    AggregateKind.COUNT_VALUES,
-    AggregateKind.COUNT_UNITS,
-    AggregateKind.SUM,
-    AggregateKind.AVG,
-)
-"""Statistics whose intervals follow from Laplace tails (quantiles and spreads have none yet)."""
-
-
-def _half_widths(query_plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
-    """Interval half-widths for outputs that are a bare COUNT, SUM or AVG."""
-    measurements = {m.name: m for m in query_plan.measurements}
-    statistics = {to_sql(s.aggregate.node): s for s in query_plan.statistics}
-    rows = table.num_rows
-    widths: dict[str, HalfWidth] = {}
-
-    def width(name: str, alpha: float) -> float:
-        m = measurements[name]
-        return udfs.laplace_halfwidth(query_plan.sensitivity(m), m.epsilon, alpha) * m.unit
-
-    for item in query_plan.analysis.select.expressions:
-        statistic = statistics.get(to_sql(item.unalias()))
-        name = output_name(item)
-        if statistic is None or statistic.aggregate.kind not in LAPLACE_STATISTICS:
-            continue
-        if len(statistic.measurements) == 1:
-            widths[name] = lambda alpha, s=statistic: pa.array(
-                [width(s.measurements[0], alpha)] * rows, pa.float64()
-            )
-            continue
-        widths[name] = lambda alpha, s=statistic, n=name: _mean_half_width(
-            table, n, s, width(s.measurements[0], alpha / 2), width(s.measurements[1], alpha / 2)
-        )
-    return widths
-
-
-def _mean_half_width(
-    table: pa.Table, name: str, statistic: Statistic, total_width: float, count_width: float
-) -> pa.Array:
-    """A conservative half-width for mid + S/N from the half-widths of S and N."""
-    assert statistic.grid is not None
-    grid = statistic.grid
-    low, high = grid.low * grid.step, grid.high * grid.step
-    middle = (low + high) / 2
-    estimate = table.column(name)
-    count = table.column(SUPPORT_PREFIX + name)
-    spread = pc.add(total_width, pc.multiply(pc.abs(pc.subtract(estimate, middle)), count_width))
-    floor = pc.max_element_wise(pc.subtract(pc.cast(count, pa.float64()), count_width), 1.0)
-    return pc.min_element_wise(pc.divide(spread, floor), high - low)
 
 
 def connect(

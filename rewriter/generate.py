@@ -18,7 +18,8 @@ released values only. Its stages, as CTEs:
 
 The rewriter knows nothing of the noise: ``noise(value, sensitivity, epsilon)``,
 ``keep(units, max_groups, epsilon, delta)`` and ``quantile(buckets, weights, p, low, high,
-buckets_count, epsilon, unit_weight)`` are names the caller registers. A quantile's
+buckets_count, epsilon, interval_epsilon, unit_weight)`` (a struct of ``value``, ``lower`` and
+``upper``) are names the caller registers. A quantile's
 histogram (``__hist*``: per group, the sparse weighted count of each value bucket over the
 kept rows) is a bounded summary: at most BUCKETS numbers per group reach the function.
 """
@@ -32,7 +33,7 @@ from sqlglot import exp
 
 from rewriter.analyze import AggregateKind, Analysis
 from rewriter.dialect import to_sql
-from rewriter.plan import BUCKETS, Measurement, Plan
+from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
 from rewriter.relations import PRIVATE_BODY
 
 SECRET = "$privsql_secret"
@@ -147,12 +148,15 @@ def stages(plan: Plan, functions: Functions) -> Stages:
     """The private query, split where its relations stop holding rows."""
     layout = _Layout.of(plan)
     ctes = _common(plan, layout)
-    ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
-    ctes["__groups"] = _groups(layout.keys, layout.sums)
+    grouped = _uses_groups(plan)
+    if grouped:
+        ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
+        ctes["__groups"] = _groups(layout.keys, layout.sums)
     ctes.update(_histograms(plan, layout))
     domains = _domains(plan, layout.keys)
     ctes.update(domains)
-    outputs = ("__groups", *(f"__counts{i}" for i in range(len(layout.histograms))), *domains)
+    counts = tuple(f"__counts{i}" for i in range(len(layout.histograms)))
+    outputs = (*(("__groups",) if grouped else ()), *counts, *domains)
     columns = _measured_columns(plan.measurements, layout.sums)
     release = _histogram_lists(layout)
     release[RELEASED] = _released(plan, layout, columns, functions)
@@ -348,14 +352,20 @@ def _rows_bounded(plan: Plan, layout: _Layout) -> str:
 def _ranked_rows(plan: Plan, layout: _Layout) -> str:
     """The rows kept from cells of more than k rows: the k smallest by keyed content hash."""
     cap, cell = plan.bounding.cap, layout.cell
-    columns = [*layout.values, *layout.buckets]
-    content = _list([*cell, *columns], "r.")
+    content = _list([*cell, *layout.values, *layout.buckets], "r.")
     return (
         f"SELECT {content} FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
         f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
-        f"ORDER BY hash({SECRET}, {content}), {_list(columns, 'r.') or 'r.__unit'}) <= {cap}"
+        f"ORDER BY {_row_order(layout)}) <= {cap}"
     )
+
+
+def _row_order(layout: _Layout) -> str:
+    """Sample limiting's order inside a cell: keyed hash of the row's content, ties by content."""
+    columns = [*layout.values, *layout.buckets]
+    content = _list([*layout.cell, *columns], "r.")
+    return f"hash({SECRET}, {content}), {_list(columns, 'r.') or 'r.__unit'}"
 
 
 def _weights_bounded(plan: Plan, layout: _Layout) -> str:
@@ -406,43 +416,60 @@ BOUNDING = {"ROWS": _rows_bounded, "WEIGHTS": _weights_bounded, "CLIP": _clip_bo
 
 
 def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
-    """Per group and quantile: the kept values' bucket counts, as two parallel lists.
+    """Per group and quantile: the kept values' weight in each bucket.
 
-    ROWS counts the rows sample limiting keeps; WEIGHTS weighs a cell's count in each
-    bucket by min(1, h/s) on the 2**-W grid, so one unit's total per group stays <= h·2**W.
+    Every row counts ``2**W`` in its bucket, less what bounding cuts from the few cells it
+    trims (:func:`_cuts`): the big aggregation is over (group, bucket) only, and only the
+    rows of trimmed cells are read a second time (PERFORMANCE.md's fast shape).
     """
-    if not layout.histograms:
-        return {}
-    cap, cell, keys = plan.bounding.cap, layout.cell, layout.keys
+    keys = layout.keys
     ctes = {}
-    if plan.bounding.strategy == "ROWS":
-        ctes["__kept"] = (
-            f"SELECT r.* FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
-            f"WHERE __rows <= {cap}) AS c ON {_same_cell(keys, 'r', 'c')}\n"
-            f"UNION ALL\n{_ranked_rows(plan, layout)}"
-        )
     for i, (m, bucket) in enumerate(zip(layout.histograms, layout.buckets, strict=True)):
-        if plan.bounding.strategy == "ROWS":
-            counts = (
-                f"SELECT {_list(keys) + ', ' if keys else ''}{bucket} AS __bucket, "
-                f"CAST(count(*) AS HUGEINT) AS __weight FROM __kept WHERE {bucket} IS NOT NULL "
-                f"GROUP BY {_list([*keys, bucket])}"
-            )
-        else:
-            per_cell = (
-                f"SELECT {_list(cell)}, {bucket}, count(*) AS __n FROM __source "
-                f"WHERE {bucket} IS NOT NULL GROUP BY {_list([*cell, bucket])}"
-            )
-            counts = (
-                f"SELECT {_list(keys, 'r.') + ', ' if keys else ''}r.{bucket} AS __bucket, "
-                f"sum(CASE WHEN c.__rows <= {plan.cap(m)} THEN CAST(r.__n AS HUGEINT) * "
-                f"{1 << m.weight_bits} ELSE CAST(r.__n AS HUGEINT) * "
-                f"{plan.cap(m) << m.weight_bits} "
-                f"// c.__rows END) AS __weight FROM ({per_cell}) AS r JOIN __chosen AS c "
-                f"ON {_same_cell(keys, 'r', 'c')} GROUP BY {_list([*keys, bucket], 'r.')}"
-            )
-        ctes[f"__counts{i}"] = counts
+        by = _list([*keys, bucket])
+        every = (
+            f"SELECT {by}, count(*) AS __n FROM __source WHERE {bucket} IS NOT NULL GROUP BY {by}"
+        )
+        same = " AND ".join([f"a.{bucket} = c.{bucket}", _same_keys(keys, "a", "c")])
+        weights = (
+            f"SELECT {_list(keys, 'a.') + ', ' if keys else ''}a.{bucket} AS __bucket, "
+            f"CAST(a.__n AS HUGEINT) * {1 << m.weight_bits} - coalesce(c.__cut, 0) AS __weight "
+            f"FROM ({every}) AS a LEFT JOIN ({_cuts(plan, layout, m, bucket)}) AS c ON {same}"
+        )
+        ctes[f"__counts{i}"] = weights
     return ctes
+
+
+def _cuts(plan: Plan, layout: _Layout, m: Measurement, bucket: str) -> str:
+    """Per (group, bucket): the weight bounding takes from the rows of trimmed cells.
+
+    Trimmed cells are those over the cap, and those the group cap drops (all their rows
+    go). ROWS drops the rows past the k smallest keyed content hashes (the ranking
+    :func:`_ranked_rows` uses); WEIGHTS keeps floor(h·2**W/s) of each row's 2**W.
+    """
+    cap, cell, keys = plan.cap(m), layout.cell, layout.keys
+    trimmed = f"SELECT {_list(cell)}, __rows, TRUE AS __chosen FROM __chosen WHERE __rows > {cap}"
+    if plan.groups_may_exceed_cap:
+        trimmed += (
+            f"\nUNION ALL\nSELECT {_list(cell, 'c.')}, c.__rows, FALSE FROM __cells AS c "
+            f"ANTI JOIN __chosen AS h ON {_same_cell(keys, 'c', 'h')}"
+        )
+    joined = f"FROM __source AS r JOIN ({trimmed}) AS c ON {_same_cell(keys, 'r', 'c')}"
+    by = _list([*keys, bucket])
+    if plan.bounding.strategy == "WEIGHTS":
+        full = 1 << m.weight_bits
+        return (
+            f"SELECT {_list([*keys, bucket], 'r.')}, sum(CASE WHEN c.__chosen THEN "
+            f"{full} - {cap * full} // c.__rows ELSE {full} END) AS __cut {joined} "
+            f"WHERE r.{bucket} IS NOT NULL GROUP BY {_list([*keys, bucket], 'r.')}"
+        )
+    ranked = (
+        f"SELECT {_list([*keys, bucket], 'r.')}, c.__chosen, row_number() OVER (PARTITION BY "
+        f"{_list(cell, 'r.')} ORDER BY {_row_order(layout)}) AS __rank {joined}"
+    )
+    return (
+        f"SELECT {by}, count(*) AS __cut FROM ({ranked}) WHERE {bucket} IS NOT NULL "
+        f"AND (NOT __chosen OR __rank > {cap}) GROUP BY {by}"
+    )
 
 
 def _histogram_lists(layout: _Layout) -> dict[str, str]:
@@ -481,13 +508,18 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
     keys = layout.keys
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
     noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
+    grouped = _uses_groups(plan)
     if keys and plan.partition is None:
         domain = " CROSS JOIN ".join(_domains(plan, keys))
-        select = f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d "
-        select += f"LEFT JOIN __groups AS g ON {_same_keys(keys, 'd', 'g')}"
+        select = f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d"
+        if grouped:
+            select += f" LEFT JOIN __groups AS g ON {_same_keys(keys, 'd', 'g')}"
         outer = "d"
-    else:
+    elif grouped:
         select = f"SELECT {_list(keys, 'g.') + ', ' if keys else ''}{noisy} FROM __groups AS g"
+        outer = "g"
+    else:  # quantiles only, no keys: one row
+        select = f"SELECT {noisy} FROM (SELECT 1) AS g"
         outer = "g"
     for i in range(len(layout.histograms)):
         select += f" LEFT JOIN __hist{i} AS h{i} ON {_same_keys(keys, outer, f'h{i}')}"
@@ -498,6 +530,11 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
             f"CAST('{p.epsilon!r}' AS DOUBLE), CAST('{p.delta!r}' AS DOUBLE))"
         )
     return select
+
+
+def _uses_groups(plan: Plan) -> bool:
+    """Whether anything reads ``__groups``: a Laplace measurement or partition selection."""
+    return plan.partition is not None or any(m.kind != "histogram" for m in plan.measurements)
 
 
 def _domains(plan: Plan, keys: list[str]) -> dict[str, str]:
@@ -532,7 +569,7 @@ def _release(
         return (
             f"{functions.quantile}({h}.__buckets, {h}.__weights, CAST('{p!r}' AS DOUBLE), "
             f"CAST('{low!r}' AS DOUBLE), CAST('{high!r}' AS DOUBLE), {BUCKETS}, {epsilon}, "
-            f"{sensitivity}) AS {m.name}"
+            f"CAST('{m.interval_epsilon!r}' AS DOUBLE), {sensitivity}) AS {m.name}"
         )
     value = f"CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT)"
     return f"{functions.noise}({value}, {sensitivity}, {epsilon}) AS {m.name}"
@@ -580,8 +617,13 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
     return _sql(query)
 
 
-SUPPORT_PREFIX = "__privsql_n_"
-"""Hidden output columns: the noisy count behind each AVG output, for its interval."""
+SUPPORT_PREFIX = "__privsql_"
+"""Hidden output columns: the noisy parts behind an output, for its interval."""
+
+
+def support_name(role: str, output: str) -> str:
+    """The hidden column holding part ``role`` of output ``output``'s statistic."""
+    return f"{SUPPORT_PREFIX}{role}_{output}"
 
 
 def output_name(item: exp.Expr) -> str:
@@ -590,24 +632,28 @@ def output_name(item: exp.Expr) -> str:
 
 
 def _support_columns(plan: Plan) -> list[exp.Expr]:
-    """The noisy count (in rows, whatever the weighting) behind each AVG output."""
+    """The noisy parts behind each output that is an AVG, VARIANCE, STDDEV or quantile."""
     measurements = {m.name: m for m in plan.measurements}
-    averages = {
-        to_sql(s.aggregate.node): measurements[s.measurements[1]]
-        for s in plan.statistics
-        if s.aggregate.kind == AggregateKind.AVG
-    }
+    statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
     return [
-        exp.alias_(
-            exp.Mul(
-                this=exp.Cast(
-                    this=exp.column(averages[text].name), to=exp.DataType.build("DOUBLE")
-                ),
-                expression=exp.Literal.number(repr(averages[text].unit)),
-            ),
-            SUPPORT_PREFIX + output_name(item),
-            quoted=True,
-        )
+        exp.alias_(value, support_name(role, output_name(item)), quoted=True)
         for item in plan.analysis.select.expressions
-        if (text := to_sql(item.unalias())) in averages
+        if (statistic := statistics.get(to_sql(item.unalias()))) is not None
+        for role, value in _support(statistic, [measurements[n] for n in statistic.measurements])
     ]
+
+
+def _support(statistic: Statistic, parts: list[Measurement]) -> list[tuple[str, exp.Expr]]:
+    """An AVG's noisy count ``n`` (in rows, whatever the weighting); a spread's sums ``s1``,
+    ``s2`` and count ``n``; a quantile's interval ``lower`` and ``upper``."""
+    if statistic.aggregate.kind == AggregateKind.AVG:
+        return [("n", scaled(parts[1]))]
+    if statistic.spread is not None:
+        return [(role, scaled(m)) for role, m in zip(("s1", "s2", "n"), parts, strict=True)]
+    if parts[0].quantile is not None:
+        column = exp.column(parts[0].name)
+        return [
+            (end, exp.StructExtract(this=column.copy(), expression=exp.Literal.string(end)))
+            for end in ("lower", "upper")
+        ]
+    return []

@@ -75,6 +75,9 @@ AUTO_SHARE = 0.15
 BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
 
+INTERVAL_SHARE = 0.25
+"""The share of a quantile's ε spent on its interval (udfs.private_quantile_interval)."""
+
 MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
 """Candidate bounds: 0 and the powers of two from 2**-10 to 2**40."""
 
@@ -106,6 +109,8 @@ class Measurement:
     weight_bits: int = 0
     quantile: tuple[float, float, float] | None = None
     """For a ``histogram``: (p, low, high) of the quantile released from it."""
+    interval_epsilon: float = 0.0
+    """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
     """Which AUTO threshold bounds it: AVG's sum and count share EMMMR20's v(h) minimiser
     under WEIGHTS AUTO; everything else AKMV19's rank rule."""
@@ -124,6 +129,22 @@ class Statistic:
     expression: exp.Expr
     measurements: tuple[str, ...]
     grid: Grid | None = None
+    spread: Spread | None = None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a VARIANCE or STDDEV follows from its noisy sums, in the statistic's units.
+
+    With S1 the centred sum, S2 the sum of squares and N the count (at least 1): the
+    population variance S2/N + ``offset`` − (S1/N)², times N/(N − 1) when ``sample``
+    (N − 1 at least 1), kept in [0, ``largest``], and its square root when ``root``.
+    """
+
+    offset: float
+    largest: float
+    sample: bool
+    root: bool
 
 
 @dataclass(frozen=True)
@@ -356,21 +377,26 @@ class _Builder:
             measured, per_row = COUNTED[kind]
             value = _present(aggregate.argument) if per_row else None
             m = self.measure(measured, value, 1, epsilon)
-            expression = _integer(m) if m.weight_bits == 0 else _scaled(m)
+            expression = _integer(m) if m.weight_bits == 0 else scaled(m)
             return Statistic(aggregate, expression, (m.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
         if kind == AggregateKind.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
-            m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, epsilon)
-            self.measurements[-1] = replace(m, quantile=(p, low, high))
-            return Statistic(aggregate, exp.column(m.name), (m.name,))
+            point = epsilon * (1 - INTERVAL_SHARE)
+            m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
+            m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point)
+            self.measurements[-1] = m
+            value = exp.StructExtract(
+                this=exp.column(m.name), expression=exp.Literal.string("value")
+            )
+            return Statistic(aggregate, value, (m.name,))
         if kind in SPREAD_KINDS:
             return self.spread(aggregate, epsilon)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
         if kind == AggregateKind.SUM:
             m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
-            return Statistic(aggregate, _scaled(m), (m.name,), grid)
+            return Statistic(aggregate, scaled(m), (m.name,), grid)
         centred = _centred(gridded, grid)
         self.rule = self.mean_rule
         total = self.measure("centred", centred, grid.high - grid.low, epsilon / 2, grid.step / 2)
@@ -399,8 +425,15 @@ class _Builder:
         total = self.measure("centred", centred, spread, epsilon / 3, half)
         square = self.measure("squares", squares, spread * spread, epsilon / 3, half * half / 2)
         count = self.measure("count", _present(aggregate.argument), 1, epsilon / 3)
-        expression = _spread(total, square, count, grid, aggregate.kind)
-        return Statistic(aggregate, expression, (total.name, square.name, count.name), grid)
+        form = Spread(
+            offset=spread * spread * square.step,
+            largest=((grid.high - grid.low) * grid.step) ** 2 / 4,
+            sample=aggregate.kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP),
+            root=aggregate.kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP),
+        )
+        expression = _spread(total, square, count, form)
+        names = (total.name, square.name, count.name)
+        return Statistic(aggregate, expression, names, grid, form)
 
 
 SPREAD_KINDS = (
@@ -494,38 +527,27 @@ def _bucket(argument: exp.Expr | None, low: float, high: float) -> exp.Expr:
     return exp.Cast(this=kept, to=_type(exp.DType.INT))
 
 
-def _spread(
-    total: Measurement, squares: Measurement, count: Measurement, grid: Grid, kind: str
-) -> exp.Expr:
-    """Variance (or its root) of the values around the midpoint, from the noisy sums.
-
-    With N the noisy count (at least 1), mean = S1/N and mean of squares = S2/N + R²u
-    (u what one grid unit of S2 is worth); the population variance is their difference, kept in
-    [0, (hi − lo)²/4]; the sample variance multiplies it by N/(N − 1).
-    """
-    n = exp.func("greatest", _scaled(count), _double(1.0))
-    spread = grid.high - grid.low
-    mean = exp.Div(this=_scaled(total), expression=n.copy())
+def _spread(total: Measurement, squares: Measurement, count: Measurement, form: Spread) -> exp.Expr:
+    """The variance (or its root) of ``form`` from the noisy sums, as SQL."""
+    n = exp.func("greatest", scaled(count), _double(1.0))
+    mean = exp.Div(this=scaled(total), expression=n.copy())
     mean_square = exp.Add(
-        this=exp.Div(this=_scaled(squares), expression=n.copy()),
-        expression=_double(spread * spread * squares.step),
+        this=exp.Div(this=scaled(squares), expression=n.copy()),
+        expression=_double(form.offset),
     )
     variance = exp.Sub(this=mean_square, expression=exp.Mul(this=mean, expression=mean.copy()))
-    if kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP):
+    if form.sample:
         variance = exp.Div(
             this=exp.Mul(this=exp.paren(variance, copy=False), expression=n.copy()),
             expression=exp.func(
                 "greatest", exp.Sub(this=n.copy(), expression=_double(1.0)), _double(1.0)
             ),
         )
-    largest = ((grid.high - grid.low) * grid.step) ** 2 / 4
-    kept = exp.func("least", exp.func("greatest", variance, _double(0.0)), _double(largest))
-    if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
-        return exp.Sqrt(this=kept)
-    return kept
+    kept = exp.func("least", exp.func("greatest", variance, _double(0.0)), _double(form.largest))
+    return exp.Sqrt(this=kept) if form.root else kept
 
 
-def _scaled(measurement: Measurement) -> exp.Expr:
+def scaled(measurement: Measurement) -> exp.Expr:
     """The noisy integer in the statistic's units, as DOUBLE."""
     column = exp.Cast(this=exp.column(measurement.name), to=_type(exp.DType.DOUBLE))
     return exp.Mul(this=column, expression=_double(measurement.unit))
@@ -536,8 +558,8 @@ def _mean(total: Measurement, count: Measurement, grid: Grid) -> exp.Expr:
     step = grid.step
     middle = (grid.low + grid.high) * step / 2
     ratio = exp.Div(
-        this=_scaled(total),
-        expression=exp.func("greatest", _scaled(count), _double(1.0)),
+        this=scaled(total),
+        expression=exp.func("greatest", scaled(count), _double(1.0)),
     )
     estimate = exp.Add(this=_double(middle), expression=ratio)
     return exp.func(

@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from rewriter.generate import Functions
+from udfs import QUANTILE_FIELDS
 
 IDENTITY = Functions(noise="exact_value", keep="keep_all", quantile="no_quantile")
 
@@ -29,11 +30,14 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
         duckdb.sqltype("BOOLEAN"),
         type="arrow",
     )
+    zeros = pa.struct([(name, pa.float64()) for name in QUANTILE_FIELDS])
     con.create_function(
         "no_quantile",
-        lambda b, w, p, lo, hi, n, e, u: pa.array([0.0] * len(b)),
+        lambda b, w, p, lo, hi, n, e, ie, u: pa.array(
+            [dict.fromkeys(QUANTILE_FIELDS, 0.0)] * len(b), zeros
+        ),
         [duckdb.sqltype(t) for t in ("INTEGER[]", "HUGEINT[]", "DOUBLE", "DOUBLE", "DOUBLE")]
-        + [duckdb.sqltype("INTEGER"), double, hugeint],
-        double,
+        + [duckdb.sqltype("INTEGER"), double, double, hugeint],
+        duckdb.sqltype(f"STRUCT({', '.join(f'{name} DOUBLE' for name in QUANTILE_FIELDS)})"),
         type="arrow",
     )

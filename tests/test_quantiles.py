@@ -71,6 +71,7 @@ def test_spread_is_noisy_and_stays_in_range_at_small_epsilon(flights_db):
 def awkward():
     """Values that test the data-independent semantics: NULL, NaN, ±inf, out of range."""
     con = duckdb.connect()
+    con.execute("SELECT setseed(0.25)").fetchall()
     con.execute(
         "CREATE TABLE t AS SELECT range AS u, 'a' AS g, "
         "CASE range % 5 WHEN 0 THEN NULL WHEN 1 THEN 'nan'::DOUBLE WHEN 2 THEN 'inf'::DOUBLE "
@@ -130,3 +131,105 @@ def test_one_unit_moves_a_group_histogram_by_at_most_the_unit_weight(flights_con
         flights_con.execute("ROLLBACK")
         moved = sum(abs(after.get(k, 0) - before.get(k, 0)) for k in before | after)
         assert 0 < moved <= query_plan.sensitivity(histogram), bound
+
+
+# --- accuracy() intervals -----------------------------------------------------------------
+
+SPREAD_AND_QUANTILES = (
+    "SELECT g, VAR_POP(x CLAMPED BETWEEN 0 AND 100) AS v, "
+    "STDDEV_SAMP(x CLAMPED BETWEEN 0 AND 100) AS sd, "
+    "MEDIAN(x CLAMPED BETWEEN 0 AND 100) AS m, "
+    "QUANTILE(x, 0.9 CLAMPED BETWEEN 0 AND 100) AS p90 "
+    "FROM t GROUP BY g PRIVACY_UNIT u BOUND ROWS 5 MAX_GROUPS 2 EPSILON {epsilon} ORDER BY g"
+)
+EXACT = (
+    "SELECT g, var_pop(x), stddev_samp(x), quantile_cont(x, 0.5), quantile_cont(x, 0.9) "
+    "FROM t GROUP BY g ORDER BY g"
+)
+
+
+def _spread_data() -> duckdb.DuckDBPyConnection:
+    """300 units with at most 5 rows in each of 2 groups (so ROWS 5 keeps every row), on a
+    grid of 1/64 so gridding is exact; a skewed group and a uniform one."""
+    con = duckdb.connect()
+    con.execute("SELECT setseed(0.25)").fetchall()
+    con.execute(
+        "CREATE TABLE t AS SELECT i % 300 AS u, (i // 300) % 2 AS g, "
+        "CASE WHEN (i // 300) % 2 = 0 THEN round(100 * pow(random(), 3) * 64) / 64 "
+        "ELSE round(100 * random() * 64) / 64 END AS x FROM range(3000) r(i)"
+    )
+    return con
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 10.0])
+def test_accuracy_intervals_cover_spread_and_quantiles(epsilon):
+    """Over 40 independent releases, each cell's 95% half-width covers its exact value at
+    least 90% of the time for every column (the bounds are union bounds, so coverage is
+    near 100%; a count of 36 of 40 at a true 95% rate has probability < 0.14 — and the
+    test needs each of 8 cells to pass, so the limit sits at 33 of 40, P < 1e-3)."""
+    data = _spread_data()
+    exact = data.execute(EXACT).fetchall()
+    query = SPREAD_AND_QUANTILES.format(epsilon=epsilon)
+    covered = {}
+    for seed in range(40):
+        con = duckdb.connect()
+        con.register("source", data.sql("SELECT * FROM t").to_arrow_table())
+        con.execute("CREATE TABLE t AS SELECT * FROM source")
+        db = privsql.connect(con, budget=100, seed=seed, insecure=True)
+        db.protect("t", privacy_unit="u")
+        result = db.sql(query)
+        widths = result.accuracy(0.05).to_pylist()
+        for row, width, want in zip(result.fetchall(), widths, exact, strict=True):
+            for column, got, truth in zip(("v", "sd", "m", "p90"), row[1:], want[1:], strict=True):
+                assert width[column] is not None and width[column] >= 0
+                key = (row[0], column)
+                covered[key] = covered.get(key, 0) + (abs(got - truth) <= width[column] + 1e-9)
+        db.close()
+    assert all(count >= 33 for count in covered.values()), covered
+
+
+def test_quantile_accuracy_below_the_released_alpha_is_the_range():
+    db = privsql.connect(_spread_data(), budget=10, seed=3, insecure=True)
+    db.protect("t", privacy_unit="u")
+    result = db.sql(SPREAD_AND_QUANTILES.format(epsilon=1.0))
+    narrow, wide = result.accuracy(0.05).to_pylist(), result.accuracy(0.01).to_pylist()
+    for row, n, w in zip(result.fetchall(), narrow, wide, strict=True):
+        assert n["m"] <= w["m"]
+        assert w["m"] == pytest.approx(max(row[3], 100 - row[3]))
+
+
+@pytest.mark.parametrize("bound", ["BOUND ROWS 3", "BOUND WEIGHTS 3"])
+def test_histogram_counts_exactly_the_kept_rows_of_the_chosen_cells(bound):
+    """With row caps and a group cap both binding, each group's histogram holds exactly the
+    rows (or weights) bounding keeps: least(s, 3) rows of each chosen cell of s rows under
+    ROWS, s·floor(3·2^W/s) under WEIGHTS — computed here from ``__chosen`` directly."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT u, (u + j) % 5 AS g, (u * 13 + j * 7 + r) % 100 AS x "
+        "FROM range(60) a(u), range(4) b(j), range(6) c(r) WHERE r <= (u * 7 + j) % 6"
+    )
+    db = privsql.connect(con, budget=1e9)
+    db.protect("t", privacy_unit="u", keys={"g": list(range(5))})
+    query = (
+        "SELECT g, MEDIAN(x CLAMPED BETWEEN 0 AND 100) AS m FROM t GROUP BY g "
+        f"PRIVACY_UNIT u {bound} MAX_GROUPS 2 EPSILON 1"
+    )
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1, delta=1e-6)
+    assert query_plan.groups_may_exceed_cap
+    full = 1 << query_plan.measurements[0].weight_bits
+    kept = (
+        "least(__rows, 3)"
+        if "ROWS" in bound
+        else f"CASE WHEN __rows <= 3 THEN __rows * {full} ELSE __rows * ({3 * full} // __rows) END"
+    )
+    statement = generate(query_plan, Functions("n", "k", "q")).rsplit("\n", 1)[0]
+    histogram = con.execute(statement + "\n" + TOTALS, {"privsql_secret": 5}).fetchall()
+    expected = con.execute(
+        statement + f"\nSELECT __k0, sum({kept}) FROM __chosen GROUP BY 1 ORDER BY 1",
+        {"privsql_secret": 5},
+    ).fetchall()
+    assert [(k, int(v)) for k, v in histogram] == [(k, int(v)) for k, v in expected]
+    assert (
+        sum(int(v) for _, v in expected)
+        < con.execute("SELECT count(*) FROM t").fetchone()[0] * full
+    )

@@ -20,7 +20,11 @@ from hypothesis import strategies as st
 
 from tests.test_udfs_selection import P_CUTOFF, chi2_pvalue, pf_probabilities
 from udfs.quantile import (
+    INTERVAL_ALPHA,
+    _private_bucket,
+    _Ranks,
     private_quantile,
+    private_quantile_interval,
     private_weighted_quantile,
     quantile_scores,
     quantile_sensitivity,
@@ -53,21 +57,17 @@ def _bucket_draws(counts, p, epsilon, rows, n: int, seed: int) -> np.ndarray:
 
 
 def test_quantile_scores_are_exact() -> None:
-    # total 23; u_b = -|(1 - p) below - p above|
+    # total 23, target 11.5; u_b = -dist(11.5, [below_b, below_b + counts_b])
     assert quantile_scores([3, 10, 4, 0, 6], 0.5) == [
-        Fraction(-10),
-        Fraction(-7, 2),
-        Fraction(-7, 2),
-        Fraction(-11, 2),
-        Fraction(-17, 2),
+        Fraction(-17, 2),  # ranks [0, 3]
+        Fraction(0),  # [3, 13] holds the target
+        Fraction(-3, 2),  # [13, 17]
+        Fraction(-11, 2),  # [17, 17]: an empty bucket is a single rank
+        Fraction(-11, 2),  # [17, 23]
     ]
-    p = Fraction(0.3)  # the float's exact value is used
-    assert quantile_scores([1, 2, 3], 0.3) == [
-        -abs((1 - p) * 0 - p * 5),
-        -abs((1 - p) * 1 - p * 3),
-        -abs((1 - p) * 3 - p * 0),
-    ]
-    assert quantile_scores([Fraction(1, 3), 2], 0.5) == [Fraction(-1), Fraction(-1, 6)]
+    p = Fraction(0.3)  # the float's exact value is used: target 6p, about 1.8
+    assert quantile_scores([1, 2, 3], 0.3) == [-(6 * p - 1), Fraction(0), -(3 - 6 * p)]
+    assert quantile_scores([Fraction(1, 3), 2], 0.5) == [Fraction(-5, 6), Fraction(0)]
     assert quantile_scores([0, 0, 0], 0.25) == [0, 0, 0]
     assert quantile_sensitivity(0.5, 1) == Fraction(1, 2)
     assert quantile_sensitivity(0.25, 3) == Fraction(9, 4)
@@ -188,8 +188,9 @@ def test_weighted_shares_the_unweighted_mechanism() -> None:
 
 NEIGHBOURS = [
     # (D, D' = D plus `rows` values in an extreme bucket, rows, p)
-    ([5, 5, 5, 4], [5, 5, 5, 5], 1, 0.5),
-    ([2, 6, 6, 1], [4, 6, 6, 1], 2, 0.5),
+    # (the tightest small instances found by enumerating 4- and 5-bucket histograms)
+    ([0, 0, 1, 0], [1, 0, 1, 0], 1, 0.5),
+    ([1, 1, 0, 0, 0], [1, 1, 0, 0, 2], 2, 0.5),
 ]
 
 
@@ -215,7 +216,7 @@ def test_neighbouring_histograms_are_eps_close(d, d2, rows, p) -> None:
     exact_d = pf_probabilities(quantile_scores(d, p), eps, delta)
     exact_d2 = pf_probabilities(quantile_scores(d2, p), eps, delta)
     worst = max(abs(math.log(x / y)) for x, y in zip(exact_d, exact_d2, strict=True))
-    assert 0.95 * eps < worst <= eps + 1e-9  # the instance is nearly tight
+    assert 0.75 * eps < worst <= eps + 1e-9  # the instance is within 25% of the bound
     bands = _log_ratio_bands(d, d2, rows, p, eps, 30_000, seed=300 + rows)
     assert bands
     assert all(low <= eps for low, _ in bands)
@@ -223,8 +224,8 @@ def test_neighbouring_histograms_are_eps_close(d, d2, rows, p) -> None:
 
 def test_neighbour_check_detects_too_large_epsilon() -> None:
     """Sampling with 1.5 eps (i.e. Delta 1.5x too small) violates the e^eps bound."""
-    d, d2, rows, p = NEIGHBOURS[0]
-    bands = _log_ratio_bands(d, d2, rows, p, 1.5, 30_000, seed=400)
+    d, d2, rows, p = NEIGHBOURS[1]  # worst log-ratio 0.83 eps, so 1.24 at 1.5 eps
+    bands = _log_ratio_bands(d, d2, rows, p, 1.5, 60_000, seed=400)
     assert any(low > 1.0 for low, _ in bands)
 
 
@@ -285,6 +286,89 @@ def test_rank_error_bound_formula() -> None:
         rank_error_bound(16, 0.0, 1, 0.1)
     with pytest.raises(ValueError):
         rank_error_bound(16, 1.0, 0, 0.1)
+
+
+# --- intervals ------------------------------------------------------------------------------
+
+
+def _exact_quantile_bucket(counts: list[int], p: float) -> int:
+    """The bucket holding the exact p-quantile (QUANTILE_CONT's order statistics)."""
+    n = sum(counts)
+    rank = math.floor(p * (n - 1))
+    below = 0
+    for b, c in enumerate(counts):
+        if below + c > rank:
+            return b
+        below += c
+    return len(counts) - 1
+
+
+INTERVAL_CASES = [
+    # (name, counts over G = 64 buckets on [0, 64), p, rows, epsilon)
+    ("uniform", [200] * 64, 0.5, 1, 1.0),
+    ("skewed low", [2000] + [20] * 63, 0.9, 2, 0.5),
+    ("atom at the target", [50] * 30 + [5000] + [50] * 33, 0.3, 1, 1.0),
+    ("tiny group", [0] * 10 + [3, 1, 2] + [0] * 51, 0.5, 1, 1.0),
+    ("near the bottom", [5] + [0] * 20 + [3000] + [0] * 43, 0.01, 1, 1.0),
+]
+
+
+@pytest.mark.parametrize(("name", "counts", "p", "rows", "eps"), INTERVAL_CASES)
+def test_interval_covers_point_and_exact_quantile(name, counts, p, rows, eps) -> None:
+    """[lower, upper] holds both the point and the exact quantile's bucket in >= 95% of runs.
+
+    The bound is a union bound, so coverage is far above 95%: the test asks for the
+    Clopper-Pearson-free margin of 4 standard errors below 0.95 never to be crossed
+    (binomial tail < 1e-4 even at exactly 95%; the observed rate is close to 1).
+    """
+    g = len(counts)
+    exact = _exact_quantile_bucket(counts, p)
+    rng = SeededRandom(7000 + len(name), insecure=True)
+    runs, covered = 1000, 0
+    for _ in range(runs):
+        point, lower, upper = private_quantile_interval(counts, p, 0.0, g, eps, eps / 3, rows, rng)
+        assert 0.0 <= lower <= point <= upper <= g
+        covered += lower <= exact and exact + 1 <= upper
+    se = math.sqrt(INTERVAL_ALPHA * (1 - INTERVAL_ALPHA) / runs)
+    assert covered / runs >= 1 - INTERVAL_ALPHA - 4 * se, name
+
+
+def test_interval_is_narrow_on_a_large_group() -> None:
+    """A million uniform values, eps = 1 (+ 0.25 for the interval): width < 0.5% of range."""
+    g, low, high = 4096, 0.0, 1000.0
+    counts, median = _uniform_histogram(10**6, low, high, g, seed=20262)
+    rng = SeededRandom(502, insecure=True)
+    for _ in range(20):
+        _, lower, upper = private_quantile_interval(
+            counts.tolist(), 0.5, low, high, 1.0, 0.25, 1, rng
+        )
+        assert lower <= median <= upper
+        assert upper - lower < 0.005 * (high - low)
+
+
+def test_interval_without_data_is_the_whole_range() -> None:
+    rng = SeededRandom(503, insecure=True)
+    for _ in range(50):
+        _, lower, upper = private_quantile_interval([0] * 32, 0.5, -1.0, 3.0, 1.0, 0.3, 1, rng)
+        assert (lower, upper) == (-1.0, 3.0)
+
+
+def test_bracket_follows_pf_on_shifted_scores() -> None:
+    """A bracket is PF for the target p*n + shift: chi-squared against the exact law."""
+    counts, p, rows, eps, shift = [3, 0, 7, 2, 5, 1], 0.5, 2, 0.8, -4
+    n = sum(counts)
+    target = Fraction(p) * n + shift
+    below = [sum(counts[:b]) for b in range(len(counts))]
+    scores = [-max(0, lo - target, target - lo - c) for lo, c in zip(below, counts, strict=True)]
+    rng = SeededRandom(504, insecure=True)
+    draws = [
+        _private_bucket(_Ranks(counts), rows, Fraction(p), Fraction(eps), rng, shift)
+        for _ in range(100_000)
+    ]
+    expected = pf_probabilities(scores, eps, quantile_sensitivity(p, rows))
+    assert chi2_pvalue(np.bincount(draws, minlength=len(counts)), expected) > P_CUTOFF
+    wrong = pf_probabilities(scores, 1.3 * eps, quantile_sensitivity(p, rows))
+    assert chi2_pvalue(np.bincount(draws, minlength=len(counts)), wrong) < P_CUTOFF
 
 
 # --- edge cases that must not crash --------------------------------------------------------

@@ -9,7 +9,9 @@ from udfs.discrete_laplace import bernoulli_exp, sample_discrete_laplace, scale_
 from udfs.laplace import laplace_halfwidth, laplace_release
 from udfs.partition import keep_partitions, partition_threshold
 from udfs.quantile import (
+    INTERVAL_ALPHA,
     private_quantile,
+    private_quantile_interval,
     private_weighted_quantile,
     quantile_scores,
     quantile_sensitivity,
@@ -19,6 +21,7 @@ from udfs.random import RandomSource, SeededRandom, SystemRandom
 from udfs.register import (
     HUGEINT_MAX,
     HUGEINT_MIN,
+    QUANTILE_FIELDS,
     UdfNameConflict,
     UdfNames,
     register,
@@ -30,6 +33,8 @@ from udfs.threshold import rank_threshold, variance_threshold
 __all__ = [
     "HUGEINT_MAX",
     "HUGEINT_MIN",
+    "INTERVAL_ALPHA",
+    "QUANTILE_FIELDS",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
@@ -42,6 +47,7 @@ __all__ = [
     "partition_threshold",
     "permute_and_flip",
     "private_quantile",
+    "private_quantile_interval",
     "private_weighted_quantile",
     "quantile_scores",
     "quantile_sensitivity",

@@ -6,25 +6,26 @@ the public range [low, high] and cut into G equal-width buckets, bucket b coveri
 the exact number of values ``counts[b]`` in each bucket -- or, for the weighted variant,
 the exact total weight per bucket.
 
-Mechanism. For the quantile p in [0, 1], bucket b gets the score
+Mechanism. For the quantile p in [0, 1] and n the total, bucket b gets the score
 
-    u_b = -| (1 - p) * below_b - p * above_b |,
-    below_b = sum_{i < b} counts_i,   above_b = sum_{i > b} counts_i,
+    u_b = -dist(p * n, [below_b, below_b + counts_b]),   below_b = sum_{i < b} counts_i,
 
-(exact rationals; ``Fraction(p)`` is the float's exact value). It is the exponential
-mechanism's quantile utility of Smith (STOC 2011) and Chaudhuri & Hsu (ICML 2012, sec. 5.2;
-"CH12"), with EMMMR20's weighted rank (Appendix B, Algorithm 4) when counts are weights:
-the best buckets are those where a p-fraction of the mass lies below and a (1-p)-fraction
-above. A bucket is selected by :func:`udfs.selection.permute_and_flip`, and the released
-value is a uniform point of that bucket, low + (b + U) * w with U from 53 random bits.
+the distance from the target rank to the nearest rank the bucket holds (exact rationals;
+``Fraction(p)`` is the float's exact value). It is the exponential mechanism's quantile
+utility -|rank - p*n| of Smith (STOC 2011) and Chaudhuri & Hsu (ICML 2012, sec. 5.2;
+"CH12") taken over equal-width buckets, with EMMMR20's weighted rank (Appendix B,
+Algorithm 4) when counts are weights. The buckets tile the ranks [0, n], so the best score
+is 0 and a score >= -s means the bucket holds a rank within s of p*n. A bucket is selected
+by :func:`udfs.selection.permute_and_flip`, and the released value is a uniform point of
+that bucket, low + (b + U) * w with U from 53 random bits.
 
 Privacy map (OpenDP style). If one privacy unit adds or removes at most ``rows`` values in
-this group (or, weighted, values of total weight at most ``unit_weight`` = h), a value
-added in bucket j changes below_b (j < b) or above_b (j > b) by one, and so u_b by at most
-max(p, 1 - p); hence every score moves by at most Delta = rows * max(p, 1 - p) (resp.
-h * max(p, 1 - p)), and the selection is eps-DP by PF's privacy map. Drawing the point
-inside the bucket uses only public parameters and fresh randomness: post-processing.
-So ``private_quantile`` is eps-DP (pure) for one group.
+this group (or, weighted, values of total weight at most ``unit_weight`` = h), each value
+moves below_b - p*n and p*n - below_b - counts_b by 1 - p or p, so, dist being
+1-Lipschitz in both, every score moves by at most
+Delta = rows * max(p, 1 - p) (resp. h * max(p, 1 - p)), and the selection is eps-DP by
+PF's privacy map. Drawing the point inside the bucket uses only public parameters and
+fresh randomness: post-processing. So ``private_quantile`` is eps-DP (pure) for one group.
 
 Everything up to the choice of the bucket is exact integer arithmetic (no float, exp or
 log); only the final point is rounded to a float, after the private choice.
@@ -33,21 +34,22 @@ log); only the final point is rounded to a float, after the private choice.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from numbers import Rational, Real
 
+import numpy as np
+
 from udfs.discrete_laplace import _check_epsilon, _check_sensitivity, exact_real, positive_real
+from udfs.laplace import laplace_halfwidth, laplace_release
 from udfs.random import RandomSource
-from udfs.selection import (
-    _as_fraction,
-    _exact_rational,
-    _permute_and_flip_integers,
-)
+from udfs.selection import _as_fraction, _exact_rational, _permute_and_flip_gaps
 from udfs.weakening import noise_epsilon
 
 __all__ = [
+    "INTERVAL_ALPHA",
     "private_quantile",
+    "private_quantile_interval",
     "private_weighted_quantile",
     "quantile_scores",
     "quantile_sensitivity",
@@ -103,6 +105,12 @@ def _exact_counts(values: Sequence[int]) -> list[int]:
     A fast path for plain ints (and numpy arrays, through ``tolist``) keeps validation of
     G = 4096 buckets well below the cost of the selection itself.
     """
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.ndim == 1:
+        if values.size and values.min() < 0:
+            raise ValueError("counts must be >= 0")
+        if not values.size:
+            raise ValueError("need at least one bucket")
+        return values.tolist()
     tolist = getattr(values, "tolist", None)
     seq = tolist() if callable(tolist) else values
     out = []
@@ -126,28 +134,57 @@ def _common_scale(values: Sequence[Fraction]) -> tuple[list[int], int]:
     return [v.numerator * (common // v.denominator) for v in values], common
 
 
-def _scaled_scores(masses: Sequence[int], p: Fraction) -> list[int]:
-    """Integer scores S_b = d * u_b with p = a/d: S_b = -|(d - a)*below_b - a*above_b|."""
-    a, d = p.numerator, p.denominator
-    total = sum(masses)
-    scores = []
-    below = 0
-    for mass in masses:
-        above = total - below - mass
-        scores.append(-abs((d - a) * below - a * above))
-        below += mass
-    return scores
+class _Ranks:
+    """A histogram's rank intervals: bucket b holds the ranks [below_b, below_b + counts_b].
+
+    Prefix sums are exact (int64 while the total is far from overflowing, Python ints
+    beyond). Distances are computed per bucket on demand, as exact integers scaled by p's
+    denominator, so PF pays only for the candidates it visits.
+    """
+
+    def __init__(self, masses: Sequence[int]) -> None:
+        self.total = sum(masses)
+        counts = np.asarray(masses, dtype=np.int64 if self.total < 2**62 else object)
+        self.upper = np.cumsum(counts)
+        self.below = self.upper - counts
+
+    def __len__(self) -> int:
+        return len(self.upper)
+
+    def gaps(self, p: Fraction, shift: int = 0) -> Callable[[int], int]:
+        """d * (dist(t, bucket b) - min over buckets) for t = p*n + shift, p = a/d.
+
+        With d*t = q*d + r (0 <= r < d): ranks above t start at below_b >= q + 1, where
+        d * dist = d*(below_b - q) - r; ranks below t end at upper_b <= q, where
+        d * dist = d*(q - upper_b) + r. The buckets tile [0, n], so the smallest distance
+        is t's distance to [0, n].
+        """
+        a, d = p.numerator, p.denominator
+        target = a * self.total + d * shift
+        q, r = divmod(target, d)
+        nearest = max(0, -target, target - d * self.total)
+        below, upper = self.below, self.upper
+
+        def gap(b: int) -> int:
+            above = int(below[b]) - q
+            if above >= 1:
+                return d * above - r - nearest
+            under = q - int(upper[b])
+            return (d * under + r if under >= 0 else 0) - nearest
+
+        return gap
 
 
 def quantile_scores(counts: Sequence[Fraction | int], p: float) -> list[Fraction]:
-    """The exact scores u_b = -|(1 - p) * below_b - p * above_b| of every bucket b.
+    """The exact scores u_b = -dist(p*n, [below_b, below_b + counts_b]) of every bucket b.
 
     ``counts`` are exact non-negative ints (or Fractions, for weights); ``p`` in [0, 1].
     """
     prob = _check_p(p)
     masses, common = _common_scale(_exact_masses(counts, "count"))
+    gap = _Ranks(masses).gaps(prob)
     scale = prob.denominator * common
-    return [Fraction(s, scale) for s in _scaled_scores(masses, prob)]
+    return [Fraction(-gap(b), scale) for b in range(len(masses))]
 
 
 def quantile_sensitivity(p: float, unit_weight: Fraction | int) -> Fraction:
@@ -160,6 +197,40 @@ def quantile_sensitivity(p: float, unit_weight: Fraction | int) -> Fraction:
     return positive_real(unit_weight, "unit_weight") * max(prob, 1 - prob)
 
 
+def _private_bucket(
+    ranks: _Ranks, unit_mass: int, prob: Fraction, eps: Fraction, rng: RandomSource, shift: int = 0
+) -> int:
+    """PF's bucket for the target rank p*n + shift (masses, unit_mass, shift on one scale L).
+
+    With p = a/d the true score gap is g_b / (d L) and Delta = unit_mass * m / (d L),
+    m = max(a, d - a), so PF's exponent eps * gap / (2 Delta) is
+    g_b * eps / (2 * unit_mass * m): the scale factors cancel. A constant shift
+    leaves every score's sensitivity as it is.
+    """
+    a, d = prob.numerator, prob.denominator
+    scale = noise_epsilon(eps) / (2 * unit_mass * max(a, d - a))
+    gap = ranks.gaps(prob, shift)
+    return _permute_and_flip_gaps(len(ranks), gap, scale.numerator, scale.denominator, rng)
+
+
+def _point(bucket: int, buckets: int, lo: Fraction, hi: Fraction, rng: RandomSource) -> float:
+    """Post-processing: a uniform point of the chosen bucket, computed exactly and rounded
+    once, so it lies in [lo, hi] (rounding is monotone and lo, hi are floats)."""
+    offset = Fraction(bucket * 2**_UNIFORM_BITS + rng.randbits(_UNIFORM_BITS), 2**_UNIFORM_BITS)
+    return float(lo + offset * (hi - lo) / buckets)
+
+
+def _edge(index: int, buckets: int, lo: Fraction, hi: Fraction, *, down: bool) -> float:
+    """lo + index * (hi - lo) / G as a float rounded outwards (``down`` for a lower end)."""
+    exact = lo + index * (hi - lo) / buckets
+    rounded = float(exact)
+    if down and Fraction(rounded) > exact:
+        rounded = math.nextafter(rounded, -math.inf)
+    elif not down and Fraction(rounded) < exact:
+        rounded = math.nextafter(rounded, math.inf)
+    return min(max(rounded, float(lo)), float(hi))
+
+
 def _private_bucket_point(
     masses: list[int],
     unit_mass: int,
@@ -169,23 +240,11 @@ def _private_bucket_point(
     eps: Fraction,
     rng: RandomSource,
 ) -> float:
-    """Shared core: masses and the unit's mass bound are on the same integer scale L.
-
-    With p = a/d the true score is u_b = S_b / (d L) and Delta = unit_mass * m / (d L),
-    m = max(a, d - a), so PF's exponent eps * (u* - u_b) / (2 Delta) is
-    (S* - S_b) * eps / (2 * unit_mass * m): the scale factors cancel.
-    """
+    """The eps-DP point: a uniform point of PF's bucket (``lo`` when the range is one value)."""
     if lo == hi:
         return float(lo)
-    a, d = prob.numerator, prob.denominator
-    scale = noise_epsilon(eps) / (2 * unit_mass * max(a, d - a))
-    bucket = _permute_and_flip_integers(
-        _scaled_scores(masses, prob), scale.numerator, scale.denominator, rng
-    )
-    # Post-processing: a uniform point of the chosen bucket, computed exactly and rounded
-    # once, so it lies in [lo, hi] (rounding is monotone and lo, hi are floats).
-    offset = Fraction(bucket * 2**_UNIFORM_BITS + rng.randbits(_UNIFORM_BITS), 2**_UNIFORM_BITS)
-    return float(lo + offset * (hi - lo) / len(masses))
+    bucket = _private_bucket(_Ranks(masses), unit_mass, prob, eps, rng)
+    return _point(bucket, len(masses), lo, hi, rng)
 
 
 def private_quantile(
@@ -244,6 +303,66 @@ def private_weighted_quantile(
     masses, _ = _common_scale([*_exact_masses(weights, "weight"), h])
     unit = masses.pop()
     return _private_bucket_point(masses, unit, prob, lo, hi, eps, rng)
+
+
+INTERVAL_ALPHA = 0.05
+"""The interval released with a quantile holds with probability at least 1 - INTERVAL_ALPHA."""
+
+
+def private_quantile_interval(
+    counts: Sequence[int],
+    p: float,
+    low: float,
+    high: float,
+    epsilon: float,
+    interval_epsilon: float,
+    rows: int,
+    rng: RandomSource,
+) -> tuple[float, float, float]:
+    """An eps-DP p-quantile, as :func:`private_quantile`, and an interval around it.
+
+    Returns (point, lower, upper). With probability at least 1 - INTERVAL_ALPHA both the
+    point and the exact p-quantile of the counted values lie in [lower, upper].
+
+    Mechanism. ``interval_epsilon`` is split in thirds: a noisy total n~ = n + DLap, and two
+    brackets -- PF over the same buckets for the target ranks p*n -+ k, where
+    k = ceil(s_point + s_bracket) + rows + 1 and each s is :func:`rank_error_bound` at
+    INTERVAL_ALPHA / 4. ``lower`` is the chosen lower bracket bucket's lower edge, or ``low``
+    unless n~ shows (with probability 1 - INTERVAL_ALPHA / 4) that p*n >= k; ``upper``
+    likewise. A constant shift of the target leaves each score's sensitivity at
+    rows * max(p, 1 - p), so the privacy map is epsilon + interval_epsilon (sequential
+    composition; the rest is post-processing).
+
+    Why it covers. When every draw is within its bound, the point's bucket b has
+    below_b + counts_b >= p*n - s_point, and the lower bracket's bucket b' has
+    below_b' <= p*n - k + s_bracket (its target is >= 0, so its best score is 0); b' above b
+    would need below_b' >= below_b + counts_b, i.e. k <= s_point + s_bracket, and b' above
+    the exact quantile's bucket would need k <= s_bracket + 1 row. The four bounds fail
+    together with probability at most INTERVAL_ALPHA (union bound). docs/privacy.md, 3.6.
+    """
+    prob = _check_p(p)
+    lo, hi = _check_range(low, high)
+    eps = _check_epsilon(epsilon)
+    third = _check_epsilon(interval_epsilon) / 3
+    unit = _check_sensitivity(rows, "rows")
+    masses = _exact_counts(counts)
+    if lo == hi:
+        return float(lo), float(lo), float(hi)
+    buckets = len(masses)
+    alpha = INTERVAL_ALPHA / 4
+    sensitivity = quantile_sensitivity(prob, unit)
+    reach = rank_error_bound(buckets, eps, sensitivity, alpha)
+    reach += rank_error_bound(buckets, third, sensitivity, alpha)
+    k = math.ceil(reach) + unit + 1
+    ranks = _Ranks(masses)
+    point = _point(_private_bucket(ranks, unit, prob, eps, rng), buckets, lo, hi, rng)
+    below = _private_bucket(ranks, unit, prob, third, rng, shift=-k)
+    above = _private_bucket(ranks, unit, prob, third, rng, shift=k)
+    (total,) = laplace_release([sum(masses)], unit, third, rng)
+    floor = total - laplace_halfwidth(unit, third, alpha)
+    lower = _edge(below, buckets, lo, hi, down=True) if prob * floor >= k else float(lo)
+    upper = _edge(above + 1, buckets, lo, hi, down=False) if (1 - prob) * floor >= k else float(hi)
+    return point, min(lower, point), max(upper, point)
 
 
 def rank_error_bound(

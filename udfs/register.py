@@ -5,8 +5,10 @@
 * ``privsql_keep(units BIGINT, max_groups BIGINT, epsilon DOUBLE, delta DOUBLE) -> BOOLEAN``:
   the partition-selection decision of :mod:`udfs.partition`.
 * ``privsql_quantile(buckets INTEGER[], weights HUGEINT[], p, low, high DOUBLE, size INTEGER,
-  epsilon DOUBLE, unit_weight HUGEINT) -> DOUBLE``: one group's private p-quantile from its
-  sparse bucket histogram (:mod:`udfs.quantile`); a NULL histogram is an empty group.
+  epsilon, interval_epsilon DOUBLE, unit_weight HUGEINT) ->
+  STRUCT(value DOUBLE, lower DOUBLE, upper DOUBLE)``: one group's private p-quantile from its
+  sparse bucket histogram, with its interval (:func:`udfs.quantile.private_quantile_interval`);
+  a NULL histogram is an empty group.
 
 Both are registered with ``side_effects=True`` so DuckDB neither constant-folds nor
 de-duplicates calls (every row gets fresh noise), and with special NULL handling so the
@@ -36,10 +38,18 @@ import pyarrow as pa
 
 from udfs.discrete_laplace import sample_discrete_laplace, scale_of
 from udfs.partition import partition_threshold
-from udfs.quantile import private_quantile
+from udfs.quantile import private_quantile_interval
 from udfs.random import RandomSource
 
-__all__ = ["HUGEINT_MAX", "HUGEINT_MIN", "UdfNameConflict", "UdfNames", "register", "unregister"]
+__all__ = [
+    "HUGEINT_MAX",
+    "HUGEINT_MIN",
+    "QUANTILE_FIELDS",
+    "UdfNameConflict",
+    "UdfNames",
+    "register",
+    "unregister",
+]
 
 HUGEINT_MIN = -(2**127)
 HUGEINT_MAX = 2**127 - 1
@@ -85,6 +95,42 @@ def _hugeint_column(column: _ArrowInput) -> list[int | None]:
         for i in np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)).tolist():
             ints[i] = None
     return ints
+
+
+def _combined(column: _ArrowInput) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _dense_histograms(
+    buckets: _ArrowInput, weights: _ArrowInput, sizes: list[int | None]
+) -> list[np.ndarray | list[int]]:
+    """Each row's sparse (bucket, weight) lists as exact counts over its ``size`` buckets.
+
+    A NULL list is an empty group. Weights are read from their raw 128-bit words: as
+    int64 when every one fits with room to add, else as Python ints.
+    """
+    index, mass = _combined(buckets), _combined(weights)
+    starts, ends = index.offsets.to_numpy(), mass.offsets.to_numpy()
+    positions = index.values.to_numpy(zero_copy_only=False)
+    exact = _hugeint_column(mass.values)
+    narrow = [v for v in exact if v is not None]
+    fits = not narrow or max(abs(min(narrow)), abs(max(narrow))) * len(narrow) < 2**62
+    values = np.asarray(exact, dtype=np.int64) if fits else exact
+    dense: list[np.ndarray | list[int]] = []
+    for row, size in enumerate(sizes):
+        if size is None:
+            raise ValueError("privsql_quantile: its parameters must not be NULL")
+        at = positions[starts[row] : starts[row + 1]]
+        got = values[ends[row] : ends[row + 1]]
+        if fits:
+            counts = np.zeros(size, dtype=np.int64)
+            np.add.at(counts, at, got)
+        else:
+            counts = [0] * size
+            for b, m in zip(at.tolist(), got, strict=True):
+                counts[b] += m
+        dense.append(counts)
+    return dense
 
 
 def _saturate(value: int) -> int:
@@ -136,6 +182,10 @@ def _keep_udf(rng: RandomSource) -> Callable[..., pa.Array]:
     return privsql_keep
 
 
+QUANTILE_FIELDS = ("value", "lower", "upper")
+"""The fields of ``privsql_quantile``'s result: the point and its interval."""
+
+
 def _quantile_udf(rng: RandomSource) -> Callable[..., pa.Array]:
     def privsql_quantile(
         buckets: _ArrowInput,
@@ -145,27 +195,28 @@ def _quantile_udf(rng: RandomSource) -> Callable[..., pa.Array]:
         high: _ArrowInput,
         size: _ArrowInput,
         epsilon: _ArrowInput,
+        interval_epsilon: _ArrowInput,
         unit_weight: _ArrowInput,
     ) -> pa.Array:
-        out: list[float] = []
+        out: list[tuple[float, float, float]] = []
         columns = (
-            buckets.to_pylist(),
-            weights.to_pylist(),
+            _dense_histograms(buckets, weights, size.to_pylist()),
             p.to_pylist(),
             low.to_pylist(),
             high.to_pylist(),
-            size.to_pylist(),
             epsilon.to_pylist(),
+            interval_epsilon.to_pylist(),
             _hugeint_column(unit_weight),
         )
-        for index, mass, q, lo, hi, g, e, w in zip(*columns, strict=True):
-            if None in (q, lo, hi, g, e, w):
+        for counts, q, lo, hi, e, ie, w in zip(*columns, strict=True):
+            if None in (q, lo, hi, e, ie, w):
                 raise ValueError("privsql_quantile: its parameters must not be NULL")
-            counts = [0] * g
-            for b, m in zip(index or [], mass or [], strict=True):
-                counts[b] += int(m)
-            out.append(private_quantile(counts, q, lo, hi, e, w, rng))
-        return pa.array(out, type=pa.float64())
+            out.append(private_quantile_interval(counts, q, lo, hi, e, ie, w, rng))
+        values, lowers, uppers = zip(*out, strict=True) if out else ((), (), ())
+        return pa.StructArray.from_arrays(
+            [pa.array(v, pa.float64()) for v in (values, lowers, uppers)],
+            names=list(QUANTILE_FIELDS),
+        )
 
     return privsql_quantile
 
@@ -252,9 +303,10 @@ def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str =
                 "DOUBLE",
                 "INTEGER",
                 "DOUBLE",
+                "DOUBLE",
                 "HUGEINT",
             ],
-            "DOUBLE",
+            f"STRUCT({', '.join(f'{name} DOUBLE' for name in QUANTILE_FIELDS)})",
         ),
     }
     registered: list[str] = []

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from numbers import Rational
 
@@ -69,14 +69,21 @@ def _exact_rational(value: object, name: str) -> Fraction:
 
 
 def _permute_and_flip_integers(scores: Sequence[int], num: int, den: int, rng: RandomSource) -> int:
-    """PF on integer scores S_i, accepting i with probability exp(-num*(S* - S_i)/den).
+    """PF on integer scores S_i, accepting i with probability exp(-num*(S* - S_i)/den)."""
+    top = max(scores)
+    return _permute_and_flip_gaps(len(scores), lambda i: top - scores[i], num, den, rng)
+
+
+def _permute_and_flip_gaps(
+    n: int, gap: Callable[[int], int], num: int, den: int, rng: RandomSource
+) -> int:
+    """PF over n candidates given each one's integer gap S* - S_i >= 0 (some gap is 0).
 
     ``num >= 1`` and ``den >= 1`` are integers. The shuffle is an incremental Fisher-Yates:
     position j receives a uniform pick among the not yet visited candidates, so the visiting
-    order is a uniform permutation, and it stops at the first acceptance.
+    order is a uniform permutation, and it stops at the first acceptance. Gaps are asked
+    for only as candidates are visited, so a caller may compute them lazily.
     """
-    n = len(scores)
-    top = max(scores)
     order = list(range(n))
     randbelow = rng.randbelow
     for j in range(n):
@@ -84,8 +91,8 @@ def _permute_and_flip_integers(scores: Sequence[int], num: int, den: int, rng: R
         i = order[k]
         order[k] = order[j]
         order[j] = i
-        gap = top - scores[i]
-        if gap == 0 or bernoulli_exp(num * gap, den, rng):
+        g = gap(i)
+        if g == 0 or bernoulli_exp(num * g, den, rng):
             return i
     raise AssertionError("unreachable: a best candidate is always accepted")
 

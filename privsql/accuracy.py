@@ -1,0 +1,168 @@
+"""How exact each released cell is: per output, alpha -> the (1 - alpha) half-width.
+
+Everything here is post-processing of released values and public parameters. A COUNT or
+SUM has the Laplace tail of its one measurement (:func:`udfs.laplace_halfwidth`). A
+statistic computed from several noisy measurements (AVG, VARIANCE, STDDEV) gets the widest
+change of its formula over the box in which all its exact measurements lie with
+probability 1 - alpha (each measurement's interval at alpha / parts, a union bound). A
+quantile carries its own interval, released with it at INTERVAL_ALPHA by
+:func:`udfs.private_quantile_interval`; for a smaller alpha only the clamping range is a
+guarantee. docs/privacy.md, section 3.6, gives the arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+import udfs
+from privsql.result import HalfWidth
+from rewriter.analyze import AggregateKind
+from rewriter.dialect import to_sql
+from rewriter.generate import output_name, support_name
+from rewriter.plan import Measurement, Plan, Spread, Statistic
+
+SINGLE = (
+    AggregateKind.COUNT_ROWS,
+    AggregateKind.COUNT_VALUES,
+    AggregateKind.COUNT_UNITS,
+    AggregateKind.SUM,
+)
+"""Statistics that are one noisy measurement in the statistic's units."""
+
+
+def half_widths(plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
+    """The interval half-width function of every output that is a bare DP aggregate."""
+    measurements = {m.name: m for m in plan.measurements}
+    statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
+    widths: dict[str, HalfWidth] = {}
+    for item in plan.analysis.select.expressions:
+        statistic = statistics.get(to_sql(item.unalias()))
+        if statistic is not None:
+            parts = [measurements[n] for n in statistic.measurements]
+            name = output_name(item)
+            widths[name] = _half_width(plan, statistic, parts, table, name)
+    return widths
+
+
+def _half_width(
+    plan: Plan, statistic: Statistic, parts: list[Measurement], table: pa.Table, name: str
+) -> HalfWidth:
+    released = _column(table, name)
+
+    def part(role: str) -> np.ndarray:
+        return _column(table, support_name(role, name))
+
+    def width(m: Measurement, alpha: float) -> float:
+        return udfs.laplace_halfwidth(plan.sensitivity(m), m.epsilon, alpha) * m.unit
+
+    kind = statistic.aggregate.kind
+    if kind in SINGLE:
+        return lambda alpha: _array(np.full(table.num_rows, width(parts[0], alpha)))
+    grid = statistic.grid
+    if kind == AggregateKind.AVG:
+        assert grid is not None
+        low, high = grid.low * grid.step, grid.high * grid.step
+        return lambda alpha: _array(
+            _mean_half_width(
+                released,
+                part("n"),
+                width(parts[0], alpha / 2),
+                width(parts[1], alpha / 2),
+                low,
+                high,
+            )
+        )
+    if statistic.spread is not None:
+        form = statistic.spread
+        sums = part("s1"), part("s2"), part("n")
+        return lambda alpha: _array(
+            _spread_half_width(released, sums, [width(m, alpha / 3) for m in parts], form)
+        )
+    if parts[0].quantile is None:
+        return lambda alpha: None
+    _, low, high = parts[0].quantile
+    return lambda alpha: _array(_quantile_half_width(released, part, alpha, low, high))
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy().astype(np.float64)
+
+
+def _array(values: np.ndarray) -> pa.Array:
+    return pa.array(values, pa.float64())
+
+
+def _mean_half_width(
+    estimate: np.ndarray,
+    count: np.ndarray,
+    total_width: float,
+    count_width: float,
+    low: float,
+    high: float,
+) -> np.ndarray:
+    """A conservative half-width for mid + S/N from the half-widths of S and N."""
+    middle = (low + high) / 2
+    spread = total_width + np.abs(estimate - middle) * count_width
+    floor = np.maximum(count - count_width, 1.0)
+    return np.minimum(spread / floor, high - low)
+
+
+def _ratio_range(
+    numerator: tuple[np.ndarray, np.ndarray], denominator: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The range of a / b over a box with b > 0: its extremes are at the corners."""
+    corners = [a / b for a in numerator for b in denominator]
+    return np.minimum.reduce(corners), np.maximum.reduce(corners)
+
+
+def _spread_half_width(
+    released: np.ndarray,
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray],
+    widths: list[float],
+    form: Spread,
+) -> np.ndarray:
+    """The widest change of the variance formula over the box of exact sums (S1, S2, N)."""
+    (s1, s2, n), (w1, w2, wn) = sums, widths
+    counts = np.maximum(n - wn, 1.0), np.maximum(n + wn, 1.0)
+    mean_low, mean_high = _ratio_range((s1 - w1, s1 + w1), counts)
+    squares_low, squares_high = _ratio_range((s2 - w2, s2 + w2), counts)
+    mean_sq_high = np.maximum(mean_low**2, mean_high**2)
+    mean_sq_low = np.where(
+        (mean_low <= 0) & (mean_high >= 0), 0.0, np.minimum(mean_low**2, mean_high**2)
+    )
+    low = squares_low + form.offset - mean_sq_high
+    high = squares_high + form.offset - mean_sq_low
+    if form.sample:
+        # N/(N - 1), N - 1 at least 1, rises on [1, 2] and falls after: extremes at the
+        # ends of the count's range or at N = 2.
+        def factor(x: np.ndarray) -> np.ndarray:
+            return x / np.maximum(x - 1.0, 1.0)
+
+        ends = factor(counts[0]), factor(counts[1])
+        top = np.where((counts[0] <= 2) & (counts[1] >= 2), 2.0, np.maximum(*ends))
+        bottom = np.minimum(*ends)
+        corners = [low * bottom, low * top, high * bottom, high * top]
+        low, high = np.minimum.reduce(corners), np.maximum.reduce(corners)
+    low = np.clip(low, 0.0, form.largest)
+    high = np.clip(high, 0.0, form.largest)
+    if form.root:
+        low, high = np.sqrt(low), np.sqrt(high)
+    return np.maximum(released - low, high - released)
+
+
+def _quantile_half_width(
+    released: np.ndarray,
+    part: Callable[[str], np.ndarray],
+    alpha: float,
+    low: float,
+    high: float,
+) -> np.ndarray:
+    """The released interval's reach from the point, or the range's below INTERVAL_ALPHA."""
+    if alpha >= udfs.INTERVAL_ALPHA:
+        lower, upper = part("lower"), part("upper")
+    else:
+        lower, upper = np.full_like(released, low), np.full_like(released, high)
+    return np.maximum(released - lower, upper - released)
