@@ -67,12 +67,18 @@ def test_spread_is_noisy_and_stays_in_range_at_small_epsilon(flights_db):
         assert 0 <= sd_pop <= 2500 and 0 <= sd <= 2500
 
 
+def _seeded(create: str) -> duckdb.DuckDBPyConnection:
+    """A new database holding the table ``create`` makes, with DuckDB's random() seeded."""
+    con = duckdb.connect()
+    con.execute("SELECT setseed(0.25)").fetchall()
+    con.execute(create)
+    return con
+
+
 @pytest.fixture
 def awkward():
     """Values that test the data-independent semantics: NULL, NaN, ±inf, out of range."""
-    con = duckdb.connect()
-    con.execute("SELECT setseed(0.25)").fetchall()
-    con.execute(
+    con = _seeded(
         "CREATE TABLE t AS SELECT range AS u, 'a' AS g, "
         "CASE range % 5 WHEN 0 THEN NULL WHEN 1 THEN 'nan'::DOUBLE WHEN 2 THEN 'inf'::DOUBLE "
         "WHEN 3 THEN '-inf'::DOUBLE ELSE 1e9 END AS x FROM range(500)"
@@ -151,14 +157,11 @@ EXACT = (
 def _spread_data() -> duckdb.DuckDBPyConnection:
     """300 units with at most 5 rows in each of 2 groups (so ROWS 5 keeps every row), on a
     grid of 1/64 so gridding is exact; a skewed group and a uniform one."""
-    con = duckdb.connect()
-    con.execute("SELECT setseed(0.25)").fetchall()
-    con.execute(
+    return _seeded(
         "CREATE TABLE t AS SELECT i % 300 AS u, (i // 300) % 2 AS g, "
         "CASE WHEN (i // 300) % 2 = 0 THEN round(100 * pow(random(), 3) * 64) / 64 "
         "ELSE round(100 * random() * 64) / 64 END AS x FROM range(3000) r(i)"
     )
-    return con
 
 
 @pytest.mark.parametrize("epsilon", [1.0, 10.0])
