@@ -47,6 +47,7 @@ def test_every_line_has_a_timed_record(records):
     assert set(lines) == {
         "privsql (DuckDB)",
         "privsql (DuckDB, on Parquet)",
+        "privsql (DuckDB, BOUND WEIGHTS 10)",
         "hand-written bounded query (floor)",
         "raw DuckDB GROUP BY",
     }
