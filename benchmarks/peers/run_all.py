@@ -343,7 +343,7 @@ def write_doc(report: dict) -> None:
             "",
         ]
         for line in size["pending"]:
-            block.append(f"- {line['library']}: pending — {line['pending']}")
+            block.append(f"- {line['library']}: not measured — {line['pending']}")
         block.append("")
     block += ["![load + query time and SUM error per library](benchmarks.png)", "", END]
     text = DOC.read_text()
@@ -459,8 +459,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 records, peak = measure(command, log, args.timeout)
             except (RuntimeError, subprocess.TimeoutExpired) as error:
-                print(f"  {error}", flush=True)
-                lines.append({"library": name, "runner": name, "pending": str(error)})
+                reason = (
+                    f"did not finish {n} releases within {args.timeout:.0f} s"
+                    if isinstance(error, subprocess.TimeoutExpired)
+                    else f"failed (its log: {log})"
+                )
+                print(f"  {reason}", flush=True)
+                lines.append({"library": name, "runner": name, "pending": reason})
                 continue
             for record in records:
                 raw[f"{rows}/{record['library']}"] = record
