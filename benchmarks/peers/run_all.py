@@ -53,6 +53,7 @@ OTHER_BOUNDS = {"smartnoise"}
 class Peer:
     """A runner script and the virtual environment it runs in (None: this Python)."""
 
+    title: str
     runner: str
     environment: str | None
     slow: bool
@@ -60,12 +61,12 @@ class Peer:
 
 
 PEERS = {
-    "duckdb": Peer("run_duckdb.py", None, slow=False),
-    "privsql-spark": Peer("run_privsql_spark.py", None, slow=True),
-    "opendp": Peer("run_opendp.py", "opendp", slow=False),
-    "tumult": Peer("run_tumult.py", "tumult", slow=True),
-    "smartnoise": Peer("run_smartnoise.py", "smartnoise", slow=True),
-    "pipelinedp": Peer("run_pipelinedp.py", "pipelinedp", slow=True),
+    "duckdb": Peer("privsql on DuckDB, floor, raw", "run_duckdb.py", None, slow=False),
+    "privsql-spark": Peer("privsql (Spark local)", "run_privsql_spark.py", None, slow=True),
+    "opendp": Peer("OpenDP (Polars)", "run_opendp.py", "opendp", slow=False),
+    "tumult": Peer("Tumult Analytics (Spark local)", "run_tumult.py", "tumult", slow=True),
+    "smartnoise": Peer("SmartNoise SQL", "run_smartnoise.py", "smartnoise", slow=True),
+    "pipelinedp": Peer("PipelineDP (local)", "run_pipelinedp.py", "pipelinedp", slow=True),
 }
 
 
@@ -443,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only.split(","):
             peer = PEERS[name]
             if not (HERE / peer.runner).exists():
-                lines.append({"library": name, "runner": name, "pending": f"no {peer.runner}"})
+                lines.append(
+                    {"library": peer.title, "runner": name, "pending": f"no {peer.runner}"}
+                )
                 continue
             n = (slow_runs if peer.slow else runs).get(rows, 3)
             command = [
@@ -465,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                     else f"failed (its log: {log})"
                 )
                 print(f"  {reason}", flush=True)
-                lines.append({"library": name, "runner": name, "pending": reason})
+                lines.append({"library": peer.title, "runner": name, "pending": reason})
                 continue
             for record in records:
                 raw[f"{rows}/{record['library']}"] = record
