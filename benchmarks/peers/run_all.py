@@ -240,13 +240,15 @@ def targets(size: dict) -> list[str]:
     if peers:
         fastest = min(peers, key=lambda line: line["query_s"])
         speedup = fastest["query_s"] / mine["query_s"]
-        whole = min(p["query_s"] + (p["load_s"] or 0) for p in peers) / (
+        whole = min(peers, key=lambda p: p["query_s"] + (p["load_s"] or 0))
+        whole_speedup = (whole["query_s"] + (whole["load_s"] or 0)) / (
             mine["query_s"] + mine["load_s"]
         )
         out.append(
-            f"- privsql (DuckDB) vs the fastest peer ({fastest['library']}): "
-            f"{speedup:.1f}× faster per query, {whole:.1f}× on load + query "
-            f"(target ≥ 10×: {'met' if speedup >= 10 else 'missed'})"
+            f"- privsql (DuckDB) vs the fastest peer per query ({fastest['library']}): "
+            f"{speedup:.1f}× faster (target ≥ 10×: {'met' if speedup >= 10 else 'missed'}); "
+            f"on load + query {whole_speedup:.1f}× faster than the fastest there "
+            f"({whole['library']})"
         )
         same = [line for line in peers if line["runner"] not in OTHER_BOUNDS]
         for key, label in (("count", "COUNT"), ("sum", "SUM")):
