@@ -69,8 +69,8 @@ def main() -> None:
                 "OpenDP (Polars)",
                 versions("opendp", "polars"),
                 release,
-                "one query, ε = 1; OpenDP sets one Laplace scale for the query's two "
-                "measurements so their ε add to 1",
+                "one query, ε = 1; OpenDP calibrates its two measurements together so their "
+                "ε add to 1 (see query.summarize(); the shares depend on max_length)",
             )
         ],
         loads=args.loads,
