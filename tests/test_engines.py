@@ -55,7 +55,9 @@ def test_the_release_reads_only_the_aggregated_outputs(db):
     apart = other._con.execute(parts.released()).fetchall()
     assert len(apart) == len(whole) == 4
     for left, right in zip(sorted(apart), sorted(whole), strict=True):
-        assert left == pytest.approx(right, rel=1e-3, abs=0.5)  # the median: buckets of 0.07
+        # abs: a median may lie anywhere in the buckets from one middle value to the next:
+        # 4/7 apart, plus two buckets of 0.073
+        assert left == pytest.approx(right, rel=1e-3, abs=0.75)
     for source in ("FROM t", "__source", "__bounded"):
         assert source not in parts.released()
 
