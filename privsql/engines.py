@@ -20,8 +20,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from rewriter.analyze import Analysis
-from rewriter.errors import PrivacyError, UnsupportedQuery
-from rewriter.generate import SECRET, Stages
+from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
+from rewriter.generate import RELEASED, SECRET, Stages
 from rewriter.transpile import check_for_spark, to_spark
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ class Engine(Protocol):
         ...
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
-        """The released table of a private query."""
+        """The released values of a private query, before post-processing (``__released``)."""
         ...
 
     def public(self, query: exp.Query) -> pa.Table:
@@ -113,7 +113,7 @@ class DuckDBEngine:
         return self._con.execute(statement, _parameters(statement, secret)).fetchall()[0]
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
-        statement = stages.statement()
+        statement = stages.noisy()
         with warnings.catch_warnings():  # the extra copy is of the few released rows
             warnings.simplefilter("ignore", UserWarning)
             return self._con.execute(statement, _parameters(statement, secret)).to_arrow_table()
@@ -184,13 +184,39 @@ class SparkEngine:
         try:
             with warnings.catch_warnings():  # the extra copy is of the few released rows
                 warnings.simplefilter("ignore", UserWarning)
-                return self._con.execute(stages.released()).to_arrow_table()
+                return self._con.execute(stages.noisy(from_outputs=True)).to_arrow_table()
+        except duckdb.Error as error:  # over per-group aggregates of private rows
+            failure = type(error).__name__
         finally:
             for name in outputs:
                 self._con.unregister(name)
+        raise PrivacyError(WITHHELD.format(failure))  # outside the handler: no context kept
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
+
+
+def post_process(connection: duckdb.DuckDBPyConnection, statement: str, released: pa.Table):
+    """The analyst's post-processing (``Stages.final``) over released values only.
+
+    It runs after the charge, on its own cursor where ``__released`` is the released table
+    and nothing private is in reach of the statement's names, so what it computes — and
+    any error it raises — is a function of released values (post-processing, SPEC §2).
+    """
+    cursor = connection.cursor()
+    try:
+        cursor.register(RELEASED, released)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return cursor.execute(statement).to_arrow_table()
+    except duckdb.Error as error:
+        message = _first_line(error)
+    finally:
+        cursor.close()
+    raise PostProcessingError(
+        f"{message} (the answer was released and charged; it is stored, and re-running the "
+        "query returns it at no cost)"
+    )
 
 
 def _first_line(error: Exception) -> str:

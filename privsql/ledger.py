@@ -496,8 +496,9 @@ class Ledger:
         """Record a private table (with its unit) or, with ``None``, a public one.
 
         Declarations only tighten: a table once private stays private with its unit.
+        ``name`` is the source's catalogue identity (``rewriter.catalog.identity``).
         """
-        key = name.lower()
+        key = name
         current = self.declarations().get(key)
         if current is not None and current[0] is not None:
             if protection is None:

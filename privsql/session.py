@@ -8,6 +8,7 @@ functions ``udfs`` registers) → charge the ledger → result.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import secrets
@@ -24,11 +25,11 @@ from sqlglot import exp
 
 import udfs
 from privsql.accuracy import half_widths
-from privsql.engines import DuckDBEngine, Engine, SparkEngine
+from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, open_database
 from privsql.result import Result
-from rewriter.analyze import Analysis, PublicQuery, analyze
-from rewriter.catalog import Bounds, Catalog, Protection
+from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
+from rewriter.catalog import FILE, Bounds, Catalog, Protection
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
 from rewriter.fingerprint import fingerprint_sql
@@ -111,6 +112,16 @@ class Explanation:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class _Released:
+    """A query's released values: ``data`` is the fingerprint of the data they were
+    released on; ``plan`` is the plan of a fresh release, None for a stored answer."""
+
+    data: str
+    table: pa.Table
+    plan: Plan | None
+
+
 class Budget:
     """The ledger as the analyst sees it: total, spent, remaining and history."""
 
@@ -174,6 +185,7 @@ class Session:
         self.budget = Budget(self._ledger)
         self._rng = rng
         self._functions = self._register(rng)
+        self._database = self._con.execute("SELECT current_database()").fetchall()[0][0]
         self._aggregates = frozenset(
             name
             for (name,) in self._con.execute(
@@ -193,7 +205,12 @@ class Session:
         bounds: Mapping[str, Bounds] | None = None,
         keys: Keys | None = None,
     ) -> None:
-        """Declare ``table`` private with its unit, optional column bounds and public key lists."""
+        """Declare ``table`` private with its unit, optional column bounds and public key lists.
+
+        ``table`` is a table or view, or a Parquet reader (``read_parquet('dir/*.parquet')``):
+        a query reading any of its files, however spelt, is then held to this declaration.
+        """
+        source = self._source_identity(table)
         columns = {c.lower() for c in self._columns(table)}
         for name in [privacy_unit, *(bounds or {}), *(keys or {})]:
             if name.lower() not in columns:
@@ -201,13 +218,16 @@ class Session:
         for column, (low, high) in (bounds or {}).items():
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
                 raise PrivacyError(f"bounds of {column} must be finite with low <= high")
-        self._ledger.declare(table, Protection(privacy_unit, dict(bounds or {}), dict(keys or {})))
+        self._ledger.declare(source, Protection(privacy_unit, dict(bounds or {}), dict(keys or {})))
 
     @_one_at_a_time
     def public(self, table: str) -> None:
         """Declare ``table`` public: anyone may read it exactly, and its values can be keys."""
+        name = self._source_identity(table)
+        if name.startswith(FILE):
+            raise PrivacyError("only tables and views can be declared public, not files")
         self._columns(table)
-        self._ledger.declare(table, None)
+        self._ledger.declare(name, None)
 
     # -- the analyst's side -----------------------------------------------------------------
 
@@ -222,23 +242,19 @@ class Session:
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
-        epsilon = analysis.options.epsilon or self.epsilon
-        if not self._ledger.affordable(epsilon) and not self._ledger.has_answers(key):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {self._ledger.remaining:g} remains; nothing was charged"
+        released = self._execute(analysis, key)
+        if released.plan is None:
+            query_plan = self._replan(analysis, released.table)
+        else:
+            query_plan = released.plan
+            self._ledger.charge(
+                to_sql(analysis.select),
+                query_plan.epsilon,
+                query_plan.delta,
+                StoredAnswer(key, released.data, released.table),
             )
-        data, table, query_plan = self._execute(analysis)
-        stored = self._ledger.answer(key, data)
-        if stored is not None:
-            return self._result(stored, self._replan(analysis, stored), cached=True)
-        self._ledger.charge(
-            to_sql(analysis.select),
-            query_plan.epsilon,
-            query_plan.delta,
-            StoredAnswer(key, data, table),
-        )
-        return self._result(table, query_plan, cached=False)
+        table = post_process(self._con, stages(query_plan, FUNCTIONS).final, released.table)
+        return self._result(table, query_plan, cached=released.plan is None)
 
     @_one_at_a_time
     def explain(self, query: str, *, keys: Keys | None = None) -> Explanation:
@@ -342,6 +358,14 @@ class Session:
     def _columns(self, source: str) -> list[str]:
         return self._engine.columns(source)
 
+    def _source_identity(self, source: str) -> str:
+        """The catalogue identity of a source named in the owner's SQL (``protect``)."""
+        try:
+            parsed = analyze_source(source)
+        except PrivacyError:
+            raise PrivacyError(f"{source} is not a table, a view or a Parquet reader") from None
+        return self._catalog().identity(parsed)
+
     def _catalog(self) -> Catalog:
         declared = self._ledger.declarations()
         return Catalog(
@@ -349,22 +373,39 @@ class Session:
             public=frozenset(n for n, (_, public) in declared.items() if public),
             columns=lru_cache(maxsize=None)(self._columns),
             aggregates=self._aggregates,
+            database=self._database,
+            files=lru_cache(maxsize=None)(_files),
         )
 
-    def _execute(self, analysis: Analysis) -> tuple[str, pa.Table, Plan]:
-        """The data fingerprint, the released table and the plan as run, in one snapshot.
+    def _execute(self, analysis: Analysis, key: str) -> _Released:
+        """The query's released values, in one snapshot of the data: the stored answer when
+        this query was answered on these data before (looked up before anything else runs),
+        else — if the budget allows — a fresh release and the plan it was made under.
 
         Missing bounds (BOUND AUTO) are estimated first, then AUTO thresholds are chosen,
         each from per-unit aggregates only. DuckDB's messages from the private part are not
         passed on, nor kept in the exception's context: they could quote private values.
         """
         engine, secret = self._engine, self._ledger.secret
+        epsilon = analysis.options.epsilon or self.epsilon
 
-        def run() -> tuple[tuple, pa.Table, Plan, dict[str, Bounds], float]:
-            fingerprint = engine.row(
-                fingerprint_sql(analysis.select, analysis.sources, self._columns, analysis.unit),
-                secret,
+        def run() -> _Released:
+            data = repr(
+                engine.row(
+                    fingerprint_sql(
+                        analysis.select, analysis.sources, self._columns, analysis.unit
+                    ),
+                    secret,
+                )
             )
+            stored = self._ledger.answer(key, data)
+            if stored is not None:
+                return _Released(data, stored, None)
+            if not self._ledger.affordable(epsilon):
+                raise BudgetExceeded(
+                    f"this query needs ε = {epsilon:g} but only "
+                    f"ε = {self._ledger.remaining:g} remains; nothing was charged"
+                )
             search = bounds_search(analysis, epsilon=self.epsilon)
             spent, estimated, bounded = 0.0, {}, analysis
             if search is not None:
@@ -378,16 +419,15 @@ class Session:
                 summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
             table = engine.release(stages(query_plan, FUNCTIONS), secret)
-            return fingerprint, table, query_plan, estimated, spent
+            decided = {
+                "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
+                "bounds": estimated,
+                "spent": spent,
+            }
+            table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
+            return _Released(data, table, query_plan)
 
-        fingerprint, table, query_plan, estimated, spent = engine.private(run)
-        decided = {
-            "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
-            "bounds": estimated,
-            "spent": spent,
-        }
-        table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
-        return repr(fingerprint), table, query_plan
+        return engine.private(run)
 
     def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
         """The plan a stored answer was released under: its estimated bounds and caps."""
@@ -447,6 +487,12 @@ class Session:
             half_widths=widths,
             cached=cached,
         )
+
+
+def _files(name: str) -> frozenset[str]:
+    """The files a file identity names: each path, its glob expanded (recursively for **)."""
+    paths = name.removeprefix(FILE).split("\n")
+    return frozenset(f for path in paths for f in (glob.glob(path, recursive=True) or [path]))
 
 
 def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:

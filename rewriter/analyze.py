@@ -17,7 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from rewriter.catalog import Bounds, Catalog
-from rewriter.dialect import PrivSQL, to_sql
+from rewriter.dialect import PrivSQL, output_name, to_sql
 from rewriter.errors import (
     InvalidOption,
     InvalidPrivacyUnit,
@@ -25,6 +25,7 @@ from rewriter.errors import (
     MissingPrivacyUnit,
     NonDPAggregate,
     NonPrivateOutput,
+    PrivacyError,
     QuerySyntaxError,
     StatementNotAllowed,
     UnsupportedQuery,
@@ -32,9 +33,7 @@ from rewriter.errors import (
 from rewriter.expressions import Clamped, PrivacyUnit
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import Relations
-
-FILE_READERS = frozenset({"read_parquet", "parquet_scan", "read_csv", "read_csv_auto"})
-"""Table functions that read files; their rows are private."""
+from rewriter.resolve import IDENTITY, check_source, resolve
 
 FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
@@ -150,6 +149,22 @@ def parse(sql: str) -> exp.Query:
     return statement
 
 
+def analyze_source(source: str) -> exp.Table:
+    """A source as the data owner names it (a table, a view or a Parquet reader), checked."""
+    try:
+        query = parse(f"SELECT * FROM {source}")
+    except PrivacyError:
+        raise StatementNotAllowed(f"{source} is not a source") from None
+    tables = list(query.find_all(exp.Table))
+    from_ = query.args.get("from_")
+    if len(tables) != 1 or from_ is None or from_.this is not tables[0] or query.args.get(
+        "joins"
+    ):
+        raise StatementNotAllowed(f"{source} is not a single source")
+    check_source(tables[0])
+    return tables[0]
+
+
 def _looks_like_query(sql: str) -> bool:
     words = sql.lstrip(" \t\r\n(").split(None, 1)
     return bool(words) and words[0].upper() in {"SELECT", "WITH", "FROM", "VALUES"}
@@ -170,6 +185,10 @@ def analyze(
     """
     select = parse(sql)
     _refuse_forbidden(select, catalog)
+    names = [output_name(item) for item in select.expressions] if isinstance(
+        select, exp.Select
+    ) else []
+    select = resolve(select, catalog, names)
     private = _private_sources(select, catalog)
     if not private:
         if any(select.find_all(PrivacyUnit)):
@@ -179,7 +198,6 @@ def analyze(
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
-    _name_unnamed_items(select, private)
     clause = select.args.get("privacy")
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
@@ -212,22 +230,6 @@ def analyze(
     )
 
 
-def _name_unnamed_items(select: exp.Select, private: list[exp.Table]) -> None:
-    """Alias file readers by their function's name and derived tables as DuckDB does
-    (``unnamed_subquery``, numbered), so the unit column can be qualified."""
-    for source in private:
-        if isinstance(source.this, exp.Func) and not source.alias:
-            source.set("alias", exp.TableAlias(this=exp.to_identifier(_function_name(source.this))))
-    unnamed = [
-        s
-        for s in select.find_all(exp.Subquery)
-        if isinstance(s.parent, (exp.From, exp.Join)) and not s.alias
-    ]
-    for i, subquery in enumerate(unnamed):
-        name = "unnamed_subquery" + (str(i) if i else "")
-        subquery.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
-
-
 def _function_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
@@ -239,48 +241,20 @@ def _refuse_forbidden(select: exp.Query, catalog: Catalog) -> None:
         name = _function_name(func)
         if name in FORBIDDEN_FUNCTIONS:
             raise StatementNotAllowed(f"function {name} is not allowed in privsql queries")
+    reserved = catalog.reserved_schema.lower()
     for table in select.find_all(exp.Table):
-        if table.db.lower() == catalog.reserved_schema.lower():
+        if reserved in (table.db.lower(), table.catalog.lower()):
             raise StatementNotAllowed(f"schema {catalog.reserved_schema} is privsql's own")
 
 
-def _cte_names(select: exp.Query) -> set[str]:
-    return {cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)}
-
-
 def _sources(select: exp.Query) -> list[exp.Table]:
-    """Every table or file the query reads (CTE references and ``range`` excluded)."""
-    ctes = _cte_names(select)
-    return [
-        t
-        for t in select.find_all(exp.Table)
-        if not isinstance(t.this, exp.GenerateSeries)
-        and (isinstance(t.this, exp.Func) or t.db or t.name.lower() not in ctes)
-    ]
+    """Every table or file the query reads: the resolved base sources."""
+    return [t for t in select.find_all(exp.Table) if IDENTITY in t.meta]
 
 
 def _private_sources(select: exp.Query, catalog: Catalog) -> list[exp.Table]:
-    """Every source in the query that is not declared public; unknown table functions refused."""
-    private = []
-    for table in _sources(select):
-        if isinstance(table.this, exp.Func):
-            name = _function_name(table.this)
-            if name not in FILE_READERS:
-                raise StatementNotAllowed(f"table function {name} is not allowed")
-            _refuse_computed_paths(table.this, name)
-            private.append(table)
-        elif table.name.lower() not in catalog.public:
-            private.append(table)
-    return private
-
-
-def _refuse_computed_paths(reader: exp.Func, name: str) -> None:
-    """A file reader's path is a string literal or a list of them: which files a query
-    reads is then visible in its text (and the connection's own file settings apply)."""
-    path = reader.this if reader.this is not None else (reader.expressions or [None])[0]
-    paths = path.expressions if isinstance(path, exp.Array) else [path]
-    if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
-        raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
+    """Every source in the query that is not declared public."""
+    return [table for table in _sources(select) if not catalog.is_public(table)]
 
 
 def _refuse_shapes(select: exp.Select) -> None:
@@ -566,9 +540,9 @@ def _declared(node: exp.Expr, relations: Relations, catalog: Catalog, kind: str)
     if not isinstance(node, exp.Column):
         return None
     origin = relations.origin(node)
-    if origin is None or isinstance(origin.source.this, exp.Func):
+    if origin is None:
         return None
-    protection = catalog.protected.get(origin.source.name.lower())
+    protection = catalog.protection(origin.source)
     if protection is None:
         return None
     declared = {c.lower(): v for c, v in getattr(protection, kind).items()}
@@ -578,7 +552,7 @@ def _declared(node: exp.Expr, relations: Relations, catalog: Catalog, kind: str)
 def _public_tables(select: exp.Select, catalog: Catalog) -> dict[str, exp.Table]:
     tables = {}
     for table in select.find_all(exp.Table):
-        if table.find_ancestor(exp.Select) is select and table.name.lower() in catalog.public:
+        if table.find_ancestor(exp.Select) is select and catalog.is_public(table):
             tables[table.alias_or_name.lower()] = table
     return tables
 

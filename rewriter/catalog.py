@@ -1,15 +1,24 @@
 """What the rewriter may know about the data: which sources are private, which public.
 
 The session fills a ``Catalog`` from the data owner's declarations (``protect`` and
-``public``) and from DuckDB's own catalogue; the rewriter only reads it.
+``public``) and from DuckDB's own catalogue; the rewriter only reads it. Every source has
+one *identity* (``identity``): a table's name without the default catalogue and schema,
+lower-cased (``t``, ``main.t``, ``"T"`` and ``memory.main.t`` are all ``t``), or a file
+reader's normalised absolute paths; declarations are keyed by it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sqlglot import exp
+
+from rewriter.errors import InvalidPrivacyUnit
+
 Bounds = tuple[float, float]
+FILE = "file:"
 
 
 @dataclass(frozen=True)
@@ -21,15 +30,39 @@ class Protection:
     keys: Mapping[str, Sequence[object]] = field(default_factory=dict)
 
 
+def reader_paths(reader: exp.Func) -> list[exp.Expr]:
+    """The path arguments of a file reader: one literal or the items of a list."""
+    path = reader.this if reader.this is not None else (reader.expressions or [None])[0]
+    return list(path.expressions) if isinstance(path, exp.Array) else [path]
+
+
+def identity(source: exp.Table, database: str = "memory") -> str:
+    """One name per source, whatever its spelling (``database``: the default catalogue)."""
+    if isinstance(source.this, exp.Func):
+        paths = sorted(
+            os.path.normpath(os.path.abspath(p.name))
+            for p in reader_paths(source.this)
+            if isinstance(p, exp.Literal)
+        )
+        return FILE + "\n".join(paths)
+    parts = [part.lower() for part in (source.catalog, source.db) if part]
+    if len(parts) == 2 and parts[0] == database.lower():
+        parts.pop(0)
+    if len(parts) == 1 and parts[0] == "main":
+        parts.pop()
+    return ".".join([*parts, source.name.lower()])
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Declarations plus a way to list a source's columns.
 
-    ``protected`` and ``public`` are keyed by lower-case table name. Every source that
-    is not public is private, declared or not. ``columns`` takes a source's SQL (a
-    table name or a table function call) and returns its column names.
-    ``aggregates`` names every aggregate function the engine knows, so that an
-    aggregate sqlglot does not model is still recognised (and refused).
+    ``protected`` and ``public`` are keyed by identity. Every source that is not public is
+    private, declared or not. ``columns`` takes a source's SQL (a table name or a table
+    function call) and returns its column names. ``files`` lists the files a file identity
+    names (its globs expanded), so that a declared file is found however a query spells it.
+    ``aggregates`` names every aggregate function the engine knows, so that an aggregate
+    sqlglot does not model is still recognised (and refused).
     """
 
     protected: Mapping[str, Protection]
@@ -37,3 +70,34 @@ class Catalog:
     columns: Callable[[str], Sequence[str]]
     aggregates: frozenset[str] = frozenset()
     reserved_schema: str = "__privsql"
+    database: str = "memory"
+    files: Callable[[str], frozenset[str]] = lambda _: frozenset()
+
+    def identity(self, source: exp.Table) -> str:
+        return identity(source, self.database)
+
+    def is_public(self, source: exp.Table) -> bool:
+        return not isinstance(source.this, exp.Func) and self.identity(source) in self.public
+
+    def protection(self, source: exp.Table) -> Protection | None:
+        """The owner's declaration that governs a source.
+
+        A file reader is governed by every declared file reader it shares a file with: it
+        must read only files of one declaration (then that declaration applies), else it is
+        refused — a declared file read under a glob is still declared.
+        """
+        name = self.identity(source)
+        if name in self.protected or not name.startswith(FILE):
+            return self.protected.get(name)
+        files = self.files(name)
+        found = None
+        for declared, protection in self.protected.items():
+            if not declared.startswith(FILE) or not files & self.files(declared):
+                continue
+            if found is not None or not files <= self.files(declared):
+                raise InvalidPrivacyUnit(
+                    "the query reads files declared by the data owner together with other "
+                    "files: read the declared files by themselves"
+                )
+            found = protection
+        return found

@@ -161,3 +161,8 @@ class PrivSQL(DuckDB):
 def to_sql(node: exp.Expr) -> str:
     """The node as privsql SQL: the canonical text used to compare and cache queries."""
     return node.sql(dialect=PrivSQL)
+
+
+def output_name(item: exp.Expr) -> str:
+    """The name DuckDB would give a select item: its alias, column name, or text."""
+    return item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else to_sql(item)

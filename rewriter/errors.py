@@ -23,6 +23,12 @@ class QuerySyntaxError(PrivacyError):
     rule = "syntax"
 
 
+class UnknownName(PrivacyError):
+    """A table, column or function the query names does not exist or is ambiguous."""
+
+    rule = "unknown-name"
+
+
 class StatementNotAllowed(PrivacyError):
     """Anything but one SELECT: DDL, DML, COPY, ATTACH, PRAGMA, SET, set operations, ..."""
 
@@ -69,3 +75,9 @@ class UnsupportedQuery(PrivacyError):
     """A query shape privsql does not (yet) know how to answer privately."""
 
     rule = "unsupported"
+
+
+class PostProcessingError(PrivacyError):
+    """The analyst's post-processing failed on released values (after they were charged)."""
+
+    rule = "post-processing"

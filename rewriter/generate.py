@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from rewriter.analyze import AggregateKind, Analysis
-from rewriter.dialect import to_sql
+from rewriter.dialect import output_name, to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
 from rewriter.relations import PRIVATE_BODY
 
@@ -142,6 +142,13 @@ class Stages:
     def released(self) -> str:
         """The release as a statement over the outputs, given as tables of their names."""
         return f"{_with(self.release)}\n{self.final}"
+
+    def noisy(self, *, from_outputs: bool = False) -> str:
+        """The released values before post-processing: both parts, or (``from_outputs``)
+        the release over the outputs given as tables of their names. ``final`` then runs
+        over this statement's result, given as the table ``__released``."""
+        ctes = self.release if from_outputs else {**self.aggregation, **self.release}
+        return f"{_with(ctes)}\nSELECT * FROM {RELEASED}"
 
 
 def stages(plan: Plan, functions: Functions) -> Stages:
@@ -624,11 +631,6 @@ SUPPORT_PREFIX = "__privsql_"
 def support_name(role: str, output: str) -> str:
     """The hidden column holding part ``role`` of output ``output``'s statistic."""
     return f"{SUPPORT_PREFIX}{role}_{output}"
-
-
-def output_name(item: exp.Expr) -> str:
-    """The name DuckDB would give a select item: its alias, column name, or text."""
-    return item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else to_sql(item)
 
 
 def _support_columns(plan: Plan) -> list[exp.Expr]:

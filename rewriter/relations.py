@@ -210,17 +210,13 @@ class Relations:
         columns = {c.lower(): c for c in self.catalog.columns(source_sql(source))}
         if name.lower() not in columns:
             raise InvalidPrivacyUnit(f"{name} is not a column of the private source")
-        protection = (
-            self.catalog.protected.get(source.name.lower())
-            if not isinstance(source.this, exp.Func)
-            else None
-        )
+        protection = self.catalog.protection(source)
         if protection and protection.privacy_unit.lower() != name.lower():
             raise InvalidPrivacyUnit(
-                f"the owner of {source.name} declared its privacy unit as "
+                f"the owner of {_label(source)} declared its privacy unit as "
                 f"{protection.privacy_unit}, not {name}"
             )
-        key = source_sql(source).lower()
+        key = self.catalog.identity(source)
         if self.units.setdefault(key, name.lower()) != name.lower():
             raise UnsupportedQuery(
                 f"{source.name} is read with two different unit columns; a private source "

@@ -1,0 +1,217 @@
+"""Resolution: the analyst's query rewritten so that every name means one thing.
+
+The rest of the rewriter reads names — a CTE's, a column's, a source's. A name the
+analyser reads one way and DuckDB another is how private data escapes (a CTE that
+shadows a table in an inner scope, a star whose ``RENAME`` or ``REPLACE`` swaps the unit
+column, a CTE column list, a ``USING`` join's merged column, ``t`` and ``main.t``). So
+before anything is checked the query is *resolved*, with sqlglot's own scope machinery:
+
+- every CTE gets a name of its own (``__cte_N``) and every reference to it is rewritten
+  by scope, so no CTE name can shadow another name or a source;
+- every base source is replaced, for the length of qualification, by a stand-in whose
+  columns come from the catalogue (a table's schema or a Parquet footer, never rows), and
+  carries one identity (``t``, ``main.t``, ``"T"`` and ``memory.main.t`` are one source);
+- sqlglot's ``qualify`` expands stars (EXCLUDE, REPLACE, RENAME), moves CTE column lists
+  into aliases, turns ``USING``/``NATURAL`` into explicit ``ON`` equalities, and qualifies
+  every column with its FROM item, refusing what it cannot resolve.
+
+What comes out is the query the analyst wrote, spelled so that the analyser's reading and
+DuckDB's are the same tree: the analyser checks this tree and generation compiles it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, SqlglotError
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from rewriter.catalog import Catalog, reader_paths
+from rewriter.errors import QuerySyntaxError, StatementNotAllowed, UnknownName, UnsupportedQuery
+
+CTE_PREFIX = "__cte_"
+SOURCE_PREFIX = "__source_"
+IDENTITY = "privsql_identity"
+"""Meta key on every base source of a resolved query: its catalogue identity."""
+
+FILE_READERS = frozenset({"read_parquet", "parquet_scan"})
+"""Table functions that may be read, as private sources. Parquet only: a Parquet file's
+schema is in its footer, while a CSV or JSON file's columns and types are sniffed from its
+rows — its schema is data, and errors binding a query over it would quote those rows."""
+
+PARAMETERS = (exp.Placeholder, exp.Parameter, exp.SessionParameter)
+"""``$name``, ``?``, ``$1`` and ``@@setting``: values from outside the query's text."""
+
+
+@dataclass(frozen=True)
+class _Stand:
+    """A base source taken out of the tree while it is qualified."""
+
+    source: exp.Table
+    alias: str
+
+
+def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
+    """The query with unique CTE names, identified sources and every column qualified.
+
+    ``names`` are the output names of the outermost SELECT as DuckDB gives them; they are
+    kept as explicit aliases so that qualification changes no output column's name.
+    """
+    for node in query.find_all(*PARAMETERS):
+        raise StatementNotAllowed(
+            f"parameters and variables ({node.sql(dialect='duckdb')}) are not allowed"
+        )
+    query = query.copy()
+    if isinstance(query, exp.Select):
+        for item, name in zip(list(query.expressions), names, strict=True):
+            if not item.alias:
+                item.replace(exp.alias_(item.copy(), name, quoted=True))
+    scopes = _scopes(query)
+    _rename_ctes(scopes)
+    stands = _stand_in(query, scopes, catalog)
+    schema = {
+        name: {column: "UNKNOWN" for column in catalog.columns(_reader_sql(stand.source))}
+        for name, stand in stands.items()
+    }
+    for name, columns in schema.items():
+        if not columns:
+            raise UnknownName(f"{stands[name].alias} has no columns")
+    try:
+        query = qualify(
+            query,
+            schema=schema,
+            dialect="duckdb",
+            validate_qualify_columns=True,
+            quote_identifiers=True,
+            identify=True,
+        )
+    except OptimizeError as error:
+        raise UnknownName(_first_line(error)) from None
+    except SqlglotError as error:
+        raise QuerySyntaxError(_first_line(error)) from None
+    _unmerge_unit(query)
+    for table in list(query.find_all(exp.Table)):
+        stand = stands.get(table.name)
+        if stand is None or table.db:
+            continue
+        source = stand.source.copy()
+        source.set("alias", table.args.get("alias"))
+        source.meta[IDENTITY] = catalog.identity(stand.source)
+        table.replace(source)
+    return query
+
+
+def _unmerge_unit(query: exp.Query) -> None:
+    """A unit named after a ``USING``/``NATURAL`` join is the merged COALESCE of both sides'
+    columns; the unit is the left side's column. Where a RIGHT or FULL join leaves it NULL,
+    the row has no unit and is dropped: it could only be counted for nobody."""
+    clause = query.args.get("privacy")
+    merged = clause.this if clause is not None else None
+    if isinstance(merged, exp.Coalesce) and isinstance(merged.this, exp.Column):
+        merged.replace(merged.this.copy())
+
+
+def _scopes(query: exp.Query) -> list[Scope]:
+    try:
+        return traverse_scope(query)
+    except (OptimizeError, SqlglotError) as error:
+        raise UnsupportedQuery(f"cannot resolve the query's names: {_first_line(error)}") from None
+
+
+def _rename_ctes(scopes: list[Scope]) -> None:
+    """Give each CTE its own name and point each reference at the CTE its scope sees."""
+    renamed: dict[int, str] = {}
+    references: list[tuple[exp.Table, exp.Expr]] = []
+    for scope in scopes:
+        for table in scope.tables:
+            source = scope.sources.get(table.alias_or_name)
+            if isinstance(source, Scope) and isinstance(source.expression.parent, exp.CTE):
+                references.append((table, source.expression.parent))
+    for cte in {id(c): c for _, c in references}.values():
+        renamed[id(cte)] = f"{CTE_PREFIX}{len(renamed)}"
+    for scope in scopes:
+        for cte in scope.expression.find_all(exp.CTE):
+            if id(cte) not in renamed:
+                renamed[id(cte)] = f"{CTE_PREFIX}{len(renamed)}"
+    for table, cte in references:
+        alias = table.alias_or_name
+        table.set("this", exp.to_identifier(renamed[id(cte)]))
+        table.set("db", None)
+        table.set("catalog", None)
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    for scope in scopes:
+        for cte in scope.expression.find_all(exp.CTE):
+            columns = cte.args["alias"].columns if cte.args.get("alias") else []
+            alias = exp.TableAlias(this=exp.to_identifier(renamed[id(cte)]))
+            if columns:
+                alias.set("columns", [c.copy() for c in columns])
+            cte.set("alias", alias)
+
+
+def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[str, _Stand]:
+    """Replace every base source by a named stand-in; the stand-ins, by name."""
+    ctes = {
+        cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)
+    }
+    stands: dict[str, _Stand] = {}
+    for table in list(query.find_all(exp.Table)):
+        if isinstance(table.this, exp.GenerateSeries):
+            continue
+        if not isinstance(table.this, exp.Func) and not table.db and table.name in ctes:
+            continue
+        if isinstance(table.this, exp.Identifier) and table.name.lower().startswith(
+            (CTE_PREFIX, SOURCE_PREFIX)
+        ):
+            raise StatementNotAllowed(f"names starting with {CTE_PREFIX} are privsql's own")
+        if table.args.get("alias") is not None and table.args["alias"].columns:
+            raise UnsupportedQuery(
+                f"column lists in the alias of source {table.alias_or_name} are not supported"
+            )
+        alias = table.alias_or_name if not isinstance(table.this, exp.Func) else _reader(table)
+        name = f"{SOURCE_PREFIX}{len(stands)}"
+        stands[name] = _Stand(table.copy(), alias)
+        check_source(table)
+        table.replace(
+            exp.Table(
+                this=exp.to_identifier(name),
+                alias=exp.TableAlias(this=exp.to_identifier(alias)),
+            )
+        )
+    return stands
+
+
+def check_source(table: exp.Table) -> None:
+    """Refuse, before its schema is read, a source whose schema could be data."""
+    if not isinstance(table.this, exp.Func):
+        return
+    name = _function_name(table.this)
+    if name not in FILE_READERS:
+        raise StatementNotAllowed(
+            f"table function {name} is not allowed: read tables, views or Parquet files"
+        )
+    paths = reader_paths(table.this)
+    if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
+        raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
+
+
+def _function_name(node: exp.Func) -> str:
+    return (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+
+
+def _reader(table: exp.Table) -> str:
+    """A file reader's label: its alias, else its function's name, as DuckDB names it."""
+    if table.alias:
+        return table.alias
+    return _function_name(table.this)
+
+
+def _reader_sql(source: exp.Table) -> str:
+    bare = source.copy()
+    bare.set("alias", None)
+    return bare.sql(dialect="duckdb")
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]
