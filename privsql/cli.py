@@ -305,6 +305,8 @@ def describe_cost(
 
 def error_line(error: BaseException) -> tuple[str, int]:
     """A one-line message and exit code for an exception raised by a query."""
+    if isinstance(error, (privsql.UnknownName, privsql.PostProcessingError)):
+        return f"error: {error}", EXIT_ERROR
     if isinstance(error, privsql.PrivacyError):
         message = str(error)
         if "charged" not in message:

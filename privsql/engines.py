@@ -38,6 +38,10 @@ class Engine(Protocol):
         """The column names of a source (DuckDB SQL: a table or a file reader call)."""
         ...
 
+    def types(self, statement: str) -> list[str]:
+        """The DuckDB type names of a statement's outputs, by binding it (no rows read)."""
+        ...
+
     def check(self, analysis: Analysis) -> None:
         """Refuse, before any data is read, what this engine cannot compute exactly."""
         ...
@@ -92,6 +96,12 @@ class DuckDBEngine:
             ]
         except duckdb.Error:
             raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def types(self, statement: str) -> list[str]:
+        try:
+            return [row[1] for row in self._con.execute(f"DESCRIBE {statement}").fetchall()]
+        except duckdb.Error:
+            raise UnsupportedQuery("cannot bind the query's GROUP BY keys") from None
 
     def check(self, analysis: Analysis) -> None:
         return None
@@ -148,6 +158,18 @@ class SparkEngine:
             return list(self._sql(f"SELECT * FROM {source}").columns)
         except PySparkException:
             raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def types(self, statement: str) -> list[str]:
+        from pyspark.errors import PySparkException
+
+        try:
+            fields = self._sql(statement).schema.fields
+        except PySparkException:
+            raise UnsupportedQuery("cannot bind the query's GROUP BY keys") from None
+        return [
+            exp.DataType.build(f.dataType.simpleString(), dialect="spark").sql(dialect="duckdb")
+            for f in fields
+        ]
 
     def check(self, analysis: Analysis) -> None:
         check_for_spark(analysis.select)

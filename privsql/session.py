@@ -30,8 +30,8 @@ from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, o
 from privsql.result import Result
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection
-from rewriter.dialect import to_sql
-from rewriter.errors import PrivacyError
+from rewriter.dialect import to_sql, written
+from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import fingerprint_sql
 from rewriter.generate import (
     SUPPORT_PREFIX,
@@ -248,7 +248,7 @@ class Session:
         else:
             query_plan = released.plan
             self._ledger.charge(
-                to_sql(analysis.select),
+                analysis.written,
                 query_plan.epsilon,
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
@@ -294,7 +294,7 @@ class Session:
                 for rule in search.rules
             ),
             "search_epsilon": 0.0 if search is None else search.epsilon,
-            "bounds_estimated": [to_sql(a.node) for a in estimating.aggregates]
+            "bounds_estimated": [written(a.node) for a in estimating.aggregates]
             if estimating
             else [],
             "bounds_epsilon": estimating.epsilon if estimating else 0.0,
@@ -375,7 +375,16 @@ class Session:
             aggregates=self._aggregates,
             database=self._database,
             files=lru_cache(maxsize=None)(_files),
+            types=self._engine.types,
+            evaluate=self._evaluate,
         )
+
+    def _evaluate(self, statement: str) -> list[tuple]:
+        """A statement over constants only (it names no source): a key list's casts."""
+        try:
+            return self._con.execute(statement).fetchall()
+        except duckdb.Error:
+            raise InvalidOption("the key list does not cast to its key's type") from None
 
     def _execute(self, analysis: Analysis, key: str) -> _Released:
         """The query's released values, in one snapshot of the data: the stored answer when
@@ -518,7 +527,7 @@ def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: boo
         scale = query_plan.sensitivity(m) * m.unit / m.epsilon if known else None
         mechanism = "Laplace"
     return {
-        "aggregate": to_sql(aggregate),
+        "aggregate": written(aggregate),
         "measurement": m.name,
         "mechanism": mechanism,
         "epsilon": m.epsilon,

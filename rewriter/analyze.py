@@ -102,6 +102,8 @@ class Analysis:
     keys: tuple[Key, ...]
     aggregates: tuple[Aggregate, ...]
     sources: tuple[exp.Table, ...]
+    written: str = ""
+    """The query as the analyst wrote it (normalised, without its clause): its label."""
 
     @property
     def unbounded(self) -> tuple[Aggregate, ...]:
@@ -188,6 +190,8 @@ def analyze(
     names = [output_name(item) for item in select.expressions] if isinstance(
         select, exp.Select
     ) else []
+    text = select.copy()
+    text.set("privacy", None)
     select = resolve(select, catalog, names)
     private = _private_sources(select, catalog)
     if not private:
@@ -227,6 +231,7 @@ def analyze(
         keys=tuple(Key(k, d, n) for k, (d, n) in zip(key_nodes, domains, strict=True)),
         aggregates=aggregates,
         sources=tuple(_sources(select)),
+        written=to_sql(text),
     )
 
 
@@ -509,7 +514,8 @@ def _key_domains(
         if values is None:
             values = _declared(key, relations, catalog, "keys")
         if values is not None:
-            domains.append((_values_query(values), len(set(values))))
+            typed = _typed_values(select, key, values, catalog)
+            domains.append((_values_query(typed), len(typed)))
             continue
         domains.append((_public_column_domain(key, public_tables, catalog), None))
     unknown = set(given) - {n for n in names if n}
@@ -575,9 +581,45 @@ def _public_column_domain(
     return exp.select(exp.column(key.name, quoted=True)).distinct().from_(table)
 
 
-def _values_query(values: Sequence[object]) -> exp.Query:
+def _typed_values(
+    select: exp.Select, key: exp.Expr, values: Sequence[object], catalog: Catalog
+) -> list[exp.Expr]:
+    """A key list as distinct SQL values of the key's type: cast, then de-duplicated.
+
+    The key's type comes from binding the query's FROM (the schema, no rows); the list is
+    cast on its own, so a value that does not cast is refused from the list alone, and
+    spellings of one value (``1``, ``'01'``, ``' 1'``) give one group, released once.
+    """
     if not values:
         raise InvalidOption("a public key list must not be empty")
-    rows = [exp.tuple_(exp.convert(v)) for v in dict.fromkeys(values)]
+    typed_key = exp.Select(expressions=[key.copy()])
+    for arg in ("with_", "from_", "joins"):
+        if select.args.get(arg) is not None:
+            typed_key.set(arg, select.args[arg].copy())
+    kind = catalog.types(typed_key.sql(dialect="duckdb"))[0]
+    given = exp.Values(
+        expressions=[
+            exp.tuple_(exp.Cast(this=exp.convert(v), to=exp.DataType.build("VARCHAR")))
+            for v in values
+        ],
+        alias=exp.TableAlias(this=exp.to_identifier("v"), columns=[exp.to_identifier("v")]),
+    )
+    cast = exp.TryCast(this=exp.column("v"), to=exp.DataType.build(kind, dialect="duckdb"))
+    check = exp.select(
+        exp.column("v"), exp.Cast(this=cast, to=exp.DataType.build("VARCHAR"))
+    ).from_(given)
+    canonical: dict[str, None] = {}
+    for value, text in catalog.evaluate(check.sql(dialect="duckdb")):
+        if text is None and value is not None:
+            raise InvalidOption(f"key value {value!r} is not a {kind}")
+        canonical.setdefault(text, None)
+    return [
+        exp.Cast(this=exp.convert(text), to=exp.DataType.build(kind, dialect="duckdb"))
+        for text in canonical
+    ]
+
+
+def _values_query(values: Sequence[exp.Expr]) -> exp.Query:
+    rows = [exp.tuple_(v) for v in values]
     values = exp.Values(expressions=rows, alias=exp.TableAlias(this=exp.to_identifier("v")))
     return exp.Select(expressions=[exp.Star()], from_=exp.From(this=values))

@@ -62,7 +62,9 @@ class Catalog:
     function call) and returns its column names. ``files`` lists the files a file identity
     names (its globs expanded), so that a declared file is found however a query spells it.
     ``aggregates`` names every aggregate function the engine knows, so that an aggregate
-    sqlglot does not model is still recognised (and refused).
+    sqlglot does not model is still recognised (and refused). ``types`` gives the column
+    types of a statement by binding it (schema only, no rows read); ``evaluate`` runs a
+    statement that reads no source at all (a key list's casts).
     """
 
     protected: Mapping[str, Protection]
@@ -72,6 +74,8 @@ class Catalog:
     reserved_schema: str = "__privsql"
     database: str = "memory"
     files: Callable[[str], frozenset[str]] = lambda _: frozenset()
+    types: Callable[[str], list[str]] = lambda _: []
+    evaluate: Callable[[str], list[tuple]] = lambda _: []
 
     def identity(self, source: exp.Table) -> str:
         return identity(source, self.database)

@@ -166,3 +166,13 @@ def to_sql(node: exp.Expr) -> str:
 def output_name(item: exp.Expr) -> str:
     """The name DuckDB would give a select item: its alias, column name, or text."""
     return item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else to_sql(item)
+
+
+def written(node: exp.Expr) -> str:
+    """A resolved expression as an analyst would write it: columns without their FROM item."""
+    bare = node.transform(
+        lambda n: exp.column(n.name, quoted=n.this.quoted)
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star)
+        else n
+    )
+    return to_sql(bare)

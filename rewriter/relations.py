@@ -29,16 +29,14 @@ PER_UNIT_AGGREGATES = frozenset(
         exp.Avg,
         exp.Min,
         exp.Max,
-        exp.First,
-        exp.Last,
-        exp.ArgMin,
-        exp.ArgMax,
         exp.LogicalAnd,
         exp.LogicalOr,
     }
 )
 """Aggregates a per-unit subquery may use: none can fail on a value once its arguments are
-guarded (SUM and AVG are taken in DOUBLE, which saturates at ±inf instead of overflowing)."""
+guarded (SUM and AVG are taken in DOUBLE, which saturates at ±inf instead of overflowing),
+and none depends on the order rows arrive in (FIRST, LAST, ANY_VALUE, ARG_MIN/ARG_MAX with
+ties, LIST and STRING_AGG do: which value a unit keeps would be the engine's choice)."""
 
 PRIVATE_BODY = "privsql_private_body"
 """Meta flag on the SELECT body of a derived table or CTE over private data: generation

@@ -63,6 +63,10 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
         raise StatementNotAllowed(
             f"parameters and variables ({node.sql(dialect='duckdb')}) are not allowed"
         )
+    if any(query.find_all(exp.Pivot)):
+        raise UnsupportedQuery("PIVOT and UNPIVOT are not supported: GROUP BY the key instead")
+    if any(w.args.get("recursive") for w in query.find_all(exp.With)):
+        raise UnsupportedQuery("recursive CTEs are not supported")
     query = query.copy()
     if isinstance(query, exp.Select):
         for item, name in zip(list(query.expressions), names, strict=True):
@@ -84,8 +88,8 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
             schema=schema,
             dialect="duckdb",
             validate_qualify_columns=True,
-            quote_identifiers=True,
-            identify=True,
+            quote_identifiers=False,
+            identify=False,
         )
     except OptimizeError as error:
         raise UnknownName(_first_line(error)) from None

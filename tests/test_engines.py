@@ -73,7 +73,7 @@ def test_spark_sql_keeps_sums_exact_and_rows_from_raising(db):
             "PRIVACY_UNIT uid BOUND ROWS 2",
         ).output("__groups")
     )
-    for function in ("TRY_DIVIDE", "TRY_ADD", "TRY_MOD", "TRY_CAST(s AS INT)"):
+    for function in ("TRY_DIVIDE", "TRY_ADD", "TRY_MOD", "TRY_CAST(t.s AS INT)"):
         assert function in guarded
     ranked = to_spark(
         _stages(db, "SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2").output(

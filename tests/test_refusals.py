@@ -25,6 +25,7 @@ from privsql import (
     PrivacyError,
     QuerySyntaxError,
     StatementNotAllowed,
+    UnknownName,
     UnsupportedQuery,
 )
 
@@ -184,7 +185,7 @@ CASES = [
     # -- the unit must be a column of the private source ---------------------------------------
     case(
         "SELECT COUNT(*) FROM visits PRIVACY_UNIT nope BOUND ROWS 5",
-        InvalidPrivacyUnit,
+        UnknownName,
         "unit-not-a-column",
     ),
     case(
@@ -204,12 +205,12 @@ CASES = [
     ),
     case(
         "SELECT COUNT(*) FROM visits AS v PRIVACY_UNIT x.user_id BOUND ROWS 5",
-        InvalidPrivacyUnit,
+        UnknownName,
         "unit-unknown-qualifier",
     ),
     case(
         "SELECT COUNT(*) FROM read_parquet('{parquet}') AS f PRIVACY_UNIT f.nope BOUND ROWS 5",
-        InvalidPrivacyUnit,
+        UnknownName,
         "unit-not-in-parquet",
     ),
     case(
@@ -742,12 +743,12 @@ CASES = [
     # -- subqueries and CTEs over private data: row-level, keeping the unit ---------------------
     case(
         f"SELECT COUNT(*) FROM (SELECT site, amount FROM visits) AS s {U}",
-        InvalidPrivacyUnit,
+        UnknownName,
         "subquery-drops-unit",
     ),
     case(
         f"WITH c AS (SELECT site FROM visits) SELECT COUNT(*) FROM c {U}",
-        InvalidPrivacyUnit,
+        UnknownName,
         "cte-drops-unit",
     ),
     case(
@@ -767,7 +768,7 @@ CASES = [
     ),
     case(
         f"SELECT COUNT(*) FROM (SELECT * EXCLUDE (user_id) FROM visits) AS s {U}",
-        InvalidPrivacyUnit,
+        UnknownName,
         "subquery-star-excludes-unit",
     ),
     case(
@@ -855,9 +856,9 @@ CASES = [
     ),
     case(
         "SELECT COUNT(*) FROM (SELECT * FROM visits) AS s(a, b, c, d, e) "
-        "PRIVACY_UNIT a BOUND ROWS 5",
-        UnsupportedQuery,
-        "subquery-column-aliases",
+        "PRIVACY_UNIT b BOUND ROWS 5",
+        InvalidPrivacyUnit,
+        "subquery-column-aliases-swap-unit",
     ),
     case(
         f"SELECT COUNT(*) FROM (SELECT user_id FROM visits WHERE site IN "
@@ -872,13 +873,14 @@ CASES = [
     ),
     case(
         "WITH c AS (SELECT site AS user_id FROM visits) SELECT COUNT(*) FROM c, "
-        f"(WITH c AS (SELECT 1 AS user_id) SELECT * FROM c) AS d {U}",
-        UnsupportedQuery,
+        "(WITH c AS (SELECT 1 AS user_id) SELECT * FROM c) AS d "
+        "PRIVACY_UNIT c.user_id BOUND ROWS 5",
+        InvalidPrivacyUnit,
         "cte-name-shadowed",
     ),
     # -- private data anywhere but FROM --------------------------------------------------------
     case(
-        f"SELECT COUNT(*) FROM sites WHERE site IN (SELECT site FROM visits) {U}",
+        f"SELECT COUNT(*) FROM visits WHERE site IN (SELECT site FROM visits) {U}",
         UnsupportedQuery,
         "private-in-where-subquery",
     ),
@@ -893,7 +895,7 @@ CASES = [
         "private-scalar-subquery-in-where",
     ),
     case(
-        f"SELECT COUNT(*), (SELECT COUNT(*) FROM visits) FROM sites {U}",
+        f"SELECT COUNT(*), (SELECT COUNT(*) FROM visits) FROM visits {U}",
         UnsupportedQuery,
         "private-scalar-subquery",
     ),
@@ -903,7 +905,7 @@ CASES = [
         "private-scalar-subquery-in-output",
     ),
     case(
-        f"SELECT COUNT(*) FROM sites WHERE EXISTS (SELECT 1 FROM visits) {U}",
+        f"SELECT COUNT(*) FROM visits WHERE EXISTS (SELECT 1 FROM visits) {U}",
         UnsupportedQuery,
         "private-exists-subquery",
     ),

@@ -319,7 +319,7 @@ def test_public_tables_are_read_exactly(spark, data):
         ),
         (
             "SELECT COUNT(*) FROM read_csv('x.csv') PRIVACY_UNIT uid BOUND ROWS 1",
-            "read_parquet",
+            "Parquet files",
         ),
     ],
 )

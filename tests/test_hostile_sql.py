@@ -1,0 +1,245 @@
+"""A hostile analyst who can only send SQL: each class of attack of the compiler issue, with
+variants, must be refused (nothing charged, no planted value in the message) or keep the
+guarantee (the unit the owner declared is the unit bounded).
+
+The planted values are strings no query contains, so finding one in a message means the
+message quotes data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import privsql
+from privsql import PrivacyError
+
+PLANTED = "zq_planted_secret_9431"
+HEAVY = 500
+"""Rows of the one heavy user: a unit-swap attack would let them move a count by this much."""
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> privsql.Session:
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE ratings AS SELECT i % 20 AS user_id, i AS row_id, "
+        "CAST(i % 5 AS INTEGER) AS rating, 'ok' AS note FROM range(400) r(i)"
+    )
+    con.execute(
+        f"INSERT INTO ratings SELECT 999, 10000 + i, 1, '{PLANTED}' FROM range({HEAVY}) r(i)"
+    )
+    con.execute("CREATE TABLE movies AS SELECT i AS movie_id, 'm' || i AS title FROM range(5) r(i)")
+    con.execute(f"COPY ratings TO '{tmp_path / 'ratings.parquet'}' (FORMAT parquet)")
+    (tmp_path / "ratings.csv").write_text(f"user_id,note\n1,{PLANTED}\n")
+    session = privsql.connect(con, budget=1e6, seed=7, insecure=True)
+    session.protect("ratings", privacy_unit="user_id")
+    session.public("movies")
+    yield session
+    session.close()
+
+
+def refused(db: privsql.Session, sql: str, **kwargs: object) -> PrivacyError:
+    """The error a query raises; nothing charged, and no planted value in the message."""
+    spent = db.budget.spent
+    with pytest.raises(PrivacyError) as caught:
+        db.sql(sql, **kwargs)
+    assert db.budget.spent == spent
+    assert PLANTED not in str(caught.value)
+    assert caught.value.__context__ is None or PLANTED not in str(caught.value.__context__)
+    return caught.value
+
+
+# 1. A CTE that shadows a private source in an inner scope -------------------------------
+
+SHADOWING = [
+    "SELECT * FROM ratings, (WITH ratings AS (SELECT 1) SELECT 1) d",
+    'SELECT * FROM "ratings", (WITH "RATINGS" AS (SELECT 1 AS a) SELECT a FROM "RATINGS") d',
+    "SELECT * FROM main.ratings, (WITH ratings AS (SELECT 1) SELECT * FROM ratings) d",
+    "SELECT note FROM ratings WHERE EXISTS (WITH ratings AS (SELECT 1) SELECT * FROM ratings)",
+    "WITH x AS (SELECT 1) SELECT * FROM ratings, (WITH ratings AS (SELECT 2) SELECT 1) d",
+    "SELECT * FROM (SELECT * FROM ratings) r, (WITH ratings AS (SELECT 1) SELECT 1) d",
+    "SELECT * FROM ratings UNION ALL (WITH ratings AS (SELECT 1) SELECT * FROM ratings)",
+]
+
+
+@pytest.mark.parametrize("sql", SHADOWING)
+def test_a_cte_shadowing_a_source_hides_nothing(db: privsql.Session, sql: str) -> None:
+    refused(db, sql)
+
+
+def test_a_cte_reference_resolves_by_scope(db: privsql.Session) -> None:
+    """An outer CTE named like the private table is the CTE, and reads nothing private."""
+    r = db.sql("WITH ratings AS (SELECT 1 AS a) SELECT a FROM ratings")
+    assert r.fetchall() == [(1,)]
+    assert db.budget.spent == 0
+
+
+def test_a_file_path_is_the_same_source_however_spelt(db: privsql.Session, tmp_path: Path) -> None:
+    path = tmp_path / "ratings.parquet"
+    db.protect(f"read_parquet('{path}')", privacy_unit="user_id")
+    for spelling in (str(path), f"{tmp_path}/./ratings.parquet", f"{tmp_path}/*.parquet"):
+        error = refused(
+            db, f"SELECT COUNT(*) FROM read_parquet('{spelling}') PRIVACY_UNIT row_id BOUND ROWS 1"
+        )
+        assert error.rule == "privacy-unit"
+        r = db.sql(
+            f"SELECT COUNT(*) FROM read_parquet('{spelling}') PRIVACY_UNIT user_id "
+            "BOUND ROWS 1 EPSILON 1000"
+        )
+        assert r.fetchall()[0][0] < 30  # 21 users, one row each: the heavy user counts once
+
+
+# 2. Files whose schema is data ---------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "read_csv('{csv}', header=true, filename=true)",
+        "read_csv_auto('{csv}')",
+        "read_json_auto('{csv}')",
+        "read_text('{csv}')",
+        "sniff_csv('{csv}')",
+        "read_csv('{csv}', columns={{'user_id': 'INT', 'note': 'INT'}})",
+    ],
+)
+def test_files_whose_schema_is_data_are_not_read(
+    db: privsql.Session, tmp_path: Path, reader: str
+) -> None:
+    source = reader.format(csv=tmp_path / "ratings.csv")
+    refused(db, f"SELECT COUNT(*) FROM {source} AS r WHERE r.note + 1 > 0 PRIVACY_UNIT user_id")
+
+
+# 3. Unit swaps ---------------------------------------------------------------------------
+
+UNIT_SWAPS = [
+    "SELECT COUNT(*) FROM (SELECT * RENAME (user_id AS uid, row_id AS user_id) FROM ratings) "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM (SELECT * REPLACE (row_id AS user_id) FROM ratings) s "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM (SELECT * EXCLUDE (user_id), row_id AS user_id FROM ratings) s "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "WITH c(user_id, x) AS (SELECT row_id, user_id FROM ratings) SELECT COUNT(*) FROM c "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM (SELECT row_id, user_id FROM ratings) AS s(user_id, x) "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "WITH a AS (SELECT row_id AS user_id FROM ratings), b AS (SELECT * FROM a) "
+    "SELECT COUNT(*) FROM b PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM (SELECT ratings.row_id AS user_id FROM ratings) PRIVACY_UNIT user_id "
+    "BOUND ROWS 1",
+    'SELECT COUNT(*) FROM "RATINGS" PRIVACY_UNIT row_id BOUND ROWS 1',
+    "SELECT COUNT(*) FROM memory.main.ratings PRIVACY_UNIT row_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM ratings r1 JOIN main.ratings r2 ON r1.user_id = r2.row_id "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+]
+
+
+@pytest.mark.parametrize("sql", UNIT_SWAPS)
+def test_the_declared_unit_cannot_be_swapped(db: privsql.Session, sql: str) -> None:
+    refused(db, sql)
+
+
+def test_a_using_join_on_the_unit_is_bounded_per_unit(db: privsql.Session) -> None:
+    for join in ("JOIN ratings b USING (user_id)", "NATURAL JOIN (SELECT user_id FROM ratings) b"):
+        r = db.sql(
+            f"SELECT COUNT(*) FROM ratings a {join} PRIVACY_UNIT user_id BOUND ROWS 1 "
+            "EPSILON 1000"
+        )
+        assert r.fetchall()[0][0] < 30
+
+
+# 4. Key lists ----------------------------------------------------------------------------
+
+def test_spellings_of_one_key_are_one_group(db: privsql.Session) -> None:
+    r = db.sql(
+        "SELECT rating, COUNT(*) AS n FROM ratings GROUP BY rating PRIVACY_UNIT user_id "
+        "BOUND ROWS 5 MAX_GROUPS 5",
+        keys={"rating": ["1", "01", " 1", 1, "+1", "1.0", 2]},
+    )
+    assert sorted(row[0] for row in r.fetchall()) == [1, 2]
+
+
+@pytest.mark.parametrize("values", [["x", 1], ["1e999"], [f"{PLANTED}"]])
+def test_a_key_list_that_does_not_cast_is_refused(db: privsql.Session, values: list) -> None:
+    error = refused(
+        db,
+        "SELECT rating, COUNT(*) FROM ratings GROUP BY rating PRIVACY_UNIT user_id BOUND ROWS 5",
+        keys={"rating": values},
+    ) if values[0] != PLANTED else None
+    assert error is None or error.rule == "option"
+
+
+def test_integer_keys_against_a_text_key_never_cast_private_values(db: privsql.Session) -> None:
+    r = db.sql(
+        "SELECT note, COUNT(*) FROM ratings GROUP BY note PRIVACY_UNIT user_id BOUND ROWS 5",
+        keys={"note": [1, 2]},
+    )
+    assert sorted(row[0] for row in r.fetchall()) == ["1", "2"]
+
+
+# 5. Post-processing that fails -----------------------------------------------------------
+
+def test_failing_post_processing_is_charged_once_and_draws_no_fresh_noise(
+    db: privsql.Session,
+) -> None:
+    sql = (
+        "SELECT CASE WHEN COUNT(*) > 100 THEN CAST('boom' AS INT) ELSE 0 END AS c "
+        "FROM ratings PRIVACY_UNIT user_id BOUND ROWS 5 EPSILON 0.5"
+    )
+    for _ in range(3):
+        with pytest.raises(PrivacyError) as caught:
+            db.sql(sql)
+        assert caught.value.rule == "post-processing"
+    assert db.budget.spent == pytest.approx(0.5)
+    assert len(db.budget.history) == 1
+
+
+def test_a_stored_answer_does_not_open_the_budget_for_other_queries(tmp_path: Path) -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 10 AS u FROM range(100) r(i)")
+    db = privsql.connect(con, budget=1.0, seed=1, insecure=True)
+    db.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT u BOUND ROWS 1 EPSILON 1")
+    assert db.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT u BOUND ROWS 1 EPSILON 1").epsilon == 0
+    with pytest.raises(privsql.BudgetExceeded):
+        db.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT u BOUND ROWS 2 EPSILON 1")
+    with pytest.raises(privsql.BudgetExceeded):
+        db.sql("SELECT COUNT(*) + 0 FROM t PRIVACY_UNIT u BOUND ROWS 1 EPSILON 1")
+
+
+# 9. The hashing secret and other session state -------------------------------------------
+
+SECRET_ROUTES = [
+    "SELECT COUNT(*)*0 + $privsql_secret FROM ratings PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM ratings WHERE user_id = $privsql_secret PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM ratings WHERE user_id = ? PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM ratings WHERE user_id = $1 PRIVACY_UNIT user_id",
+    "SELECT getvariable('privsql_secret')",
+    "SELECT current_setting('threads')",
+    "SELECT * FROM duckdb_variables()",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT COUNT(*) FROM ratings WHERE getvariable('x') IS NULL PRIVACY_UNIT user_id",
+    "SELECT * FROM __privsql.budget",
+    "SELECT * FROM memory.__privsql.budget",
+    "SELECT * FROM query('SELECT 1')",
+]
+
+
+@pytest.mark.parametrize("sql", SECRET_ROUTES)
+def test_no_route_to_the_secret_or_session_state(db: privsql.Session, sql: str) -> None:
+    refused(db, sql)
+
+
+# Per-unit parts that depend on the order rows arrive in ----------------------------------
+
+@pytest.mark.parametrize("aggregate", ["FIRST(rating)", "LAST(rating)", "ARG_MAX(rating, row_id)",
+                                       "ANY_VALUE(rating)", "LIST(rating)"])
+def test_order_dependent_per_unit_aggregates_are_refused(
+    db: privsql.Session, aggregate: str
+) -> None:
+    refused(
+        db,
+        f"SELECT SUM(v CLAMPED BETWEEN 0 AND 5) FROM (SELECT user_id, {aggregate} AS v "
+        "FROM ratings GROUP BY user_id) PRIVACY_UNIT user_id",
+    )
