@@ -300,6 +300,8 @@ def describe_cost(
         parts.append(f"± {1 - alpha:.0%} noise interval")
     if budget is not None:
         parts.append(f"ε remaining {budget.remaining:g} of {budget.total:g}")
+        if result.delta and not result.cached:
+            parts.append(f"δ remaining {budget.delta_remaining:g} of {budget.delta_total:g}")
     return " · ".join(parts)
 
 
@@ -402,7 +404,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--budget", type=float, help="total ε of a new database's ledger")
     p.add_argument("--epsilon", type=float, default=1.0, help="ε of a query naming none")
-    p.add_argument("--delta", type=float, default=1e-6, help="δ of a query naming none")
+    p.add_argument(
+        "--delta-budget", type=float, help="total δ of a new database's ledger (default 1e-5)"
+    )
+    p.add_argument(
+        "--max-query-delta",
+        type=float,
+        help="largest δ one query may spend, for a new database's ledger (default 1e-6)",
+    )
+    p.add_argument(
+        "--delta", type=float, help="δ of a query naming none (default 1e-6, at most the cap)"
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("-c", dest="command", metavar="SQL", help="run SQL (or a dot command)")
     source.add_argument(
@@ -440,7 +452,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ERROR
     try:
         db = privsql.connect(
-            args.database, budget=args.budget, epsilon=args.epsilon, delta=args.delta
+            args.database,
+            budget=args.budget,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            delta_budget=args.delta_budget,
+            max_query_delta=args.max_query_delta,
         )
     except Exception as error:  # a bad path, a locked file, a budget that cannot change
         message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)

@@ -1,19 +1,23 @@
-"""The privacy ledger: the database's ε budget, what was spent on what, and stored answers.
+"""The privacy ledger: the database's ε and δ budgets, what was spent on what, and stored answers.
 
 It lives in the database itself (schema ``__privsql``), so it is as durable as the
 data: closing, crashing or restarting never resets it, and every session on the
 same database shares it. A charge is committed before its answer is returned;
 check-and-spend is one compare-and-set UPDATE of a single row, so concurrent sessions
 serialise on it (DuckDB reports a conflict to the loser, which retries) and together
-never spend past the total. Analyst SQL can neither read nor write the schema (the
-analyser refuses it).
+never spend past the total — of ε, and of δ, which also has a per-query cap. Analyst
+SQL can neither read nor write the schema (the analyser refuses it).
 
 Every row is authenticated with HMAC-SHA256 under a key kept *outside* the database
-(next to its file, ``<database>.privsql-key``): the budget row covers total, spent,
-the declarations and the head of a hash chain over the history. A ledger edited,
-truncated or dropped by anyone without the key is detected when it is opened and
-before each charge, and privsql refuses service rather than starting a fresh one
-(docs/privacy.md, "The ledger's threat model").
+(next to its file, ``<database>.privsql-key``): the budget row covers the ε total and
+spent, the δ total, per-query cap and spent, the declarations and the head of a hash
+chain over the history. A ledger edited, truncated or dropped by anyone without the
+key is detected when it is opened and before each charge, and privsql refuses service
+rather than starting a fresh one (docs/privacy.md, "The ledger's threat model").
+
+Ledgers written before δ was budgeted have no ``delta_total`` / ``delta_cap`` columns;
+opening one with its key checks its budget row under the old MAC and migrates it in one
+transaction, with the default δ total and cap (``Ledger._migrate``).
 """
 
 from __future__ import annotations
@@ -35,14 +39,18 @@ import duckdb
 import pyarrow as pa
 
 from rewriter.catalog import Protection
-from rewriter.errors import PrivacyError
+from rewriter.errors import InvalidOption, PrivacyError
 
 SCHEMA = "__privsql"
 TABLES = ("budget", "history", "answers", "sources")
 KEY_SUFFIX = ".privsql-key"
 """The ledger key of a database file lives in a file of this name next to it."""
 TOLERANCE = 1e-9
-"""Relative slack when comparing float sums of ε against the total."""
+"""Relative slack when comparing float sums of ε (or δ) against the total."""
+DELTA_BUDGET = 1e-5
+"""The δ total of a ledger whose owner set none (SPEC section 1)."""
+MAX_QUERY_DELTA = 1e-6
+"""The per-query δ cap of a ledger whose owner set none (SPEC section 1)."""
 BUSY_TIMEOUT = 10.0
 """Seconds a charge keeps retrying write-write conflicts with other sessions."""
 LOCK_TIMEOUT = 5.0
@@ -53,7 +61,8 @@ processes are kept out by DuckDB's file lock."""
 
 
 class BudgetExceeded(PrivacyError):
-    """The query's ε would take the ledger past the database's budget; nothing was charged."""
+    """The query's ε or δ would take the ledger past the database's budget; nothing was
+    charged."""
 
     rule = "budget"
 
@@ -93,12 +102,31 @@ class _State:
     total: float
     spent: float
     delta: float
+    """The δ spent."""
+    delta_total: float
+    delta_cap: float
+    """The largest δ one query may spend."""
     secret: int
     entries: int
     head: str
     declared: str
     """The MAC of the declarations (``Ledger._declared``)."""
     mac: str
+
+
+_STATE_COLUMNS = (
+    "total",
+    "spent",
+    "delta",
+    "delta_total",
+    "delta_cap",
+    "secret",
+    "entries",
+    "head",
+    "declared",
+    "mac",
+)
+"""The budget table's columns in ``_State``'s order (after ``id``)."""
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -142,7 +170,19 @@ class Ledger:
     ledgers of other sessions on the same database synchronise through DuckDB.
     """
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, budget: float | None) -> None:
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        budget: float | None,
+        delta_budget: float | None = None,
+        max_query_delta: float | None = None,
+    ) -> None:
+        """Open (creating or migrating if need be) the ledger of ``connection``'s database.
+
+        ``budget``, ``delta_budget`` and ``max_query_delta`` are the owner's ε total, δ
+        total and per-query δ cap: set when the ledger is created, refused if they differ
+        from those of an existing ledger. ``None`` takes the existing (or default) value.
+        """
         self._con = connection
         self._lock = threading.RLock()
         self._secret: int | None = None
@@ -151,19 +191,36 @@ class Ledger:
             self._key_file = None if path is None else path.with_name(path.name + KEY_SUFFIX)
             present = set(self._tables())
             if not present:
-                self._create(budget)
+                self._create(budget, *_delta_policy(delta_budget, max_query_delta))
             elif missing := ", ".join(sorted(set(TABLES) - present)):
                 raise LedgerCorrupted(f"the ledger's tables {missing} are missing")
             self._key = self._read_key()
             with self._transaction():
+                if not self._has_delta_budget():
+                    self._migrate()
                 state = self._state()
                 self._check_tail(state)
                 self._sources(state)
                 self._history()
-                total = state.total
-            if budget is not None and _checked_budget(budget) != total:
+            if budget is not None and _checked_budget(budget) != state.total:
                 raise PrivacyError(
-                    f"this database's budget is fixed at ε = {total:g}; it cannot be changed"
+                    f"this database's budget is fixed at ε = {state.total:g}; it cannot be changed"
+                )
+            if (
+                delta_budget is not None
+                and _checked_delta(delta_budget, "δ budget") != state.delta_total
+            ):
+                raise PrivacyError(
+                    f"this database's δ budget is fixed at δ = {state.delta_total:g}; "
+                    "it cannot be changed"
+                )
+            if (
+                max_query_delta is not None
+                and _checked_delta(max_query_delta, "per-query δ cap") != state.delta_cap
+            ):
+                raise PrivacyError(
+                    f"this database's per-query δ cap is fixed at δ = {state.delta_cap:g}; "
+                    "it cannot be changed"
                 )
 
     def close(self) -> None:
@@ -181,7 +238,7 @@ class Ledger:
         ).fetchall()
         return [name for (name,) in rows if name != "key"]
 
-    def _create(self, budget: float | None) -> None:
+    def _create(self, budget: float | None, delta_total: float, delta_cap: float) -> None:
         """A fresh ledger, refused if this database file has had one (its key exists)."""
         if self._key_file is not None and self._key_file.exists():
             raise LedgerCorrupted(
@@ -200,7 +257,7 @@ class Ledger:
                 f"CREATE TABLE {SCHEMA}.budget (id INTEGER PRIMARY KEY, total DOUBLE NOT NULL, "
                 "spent DOUBLE NOT NULL, delta DOUBLE NOT NULL, secret BIGINT NOT NULL, "
                 "entries BIGINT NOT NULL, head VARCHAR NOT NULL, declared VARCHAR NOT NULL, "
-                "mac VARCHAR NOT NULL)"
+                "mac VARCHAR NOT NULL, delta_total DOUBLE NOT NULL, delta_cap DOUBLE NOT NULL)"
             )
             con.execute(
                 f"CREATE TABLE {SCHEMA}.history (seq BIGINT PRIMARY KEY, charged_at TIMESTAMP, "
@@ -218,10 +275,66 @@ class Ledger:
                 con.execute(f"CREATE TABLE {SCHEMA}.key (key BLOB)")
                 con.execute(f"INSERT INTO {SCHEMA}.key VALUES (?)", [key])
             self._key = key
-            state = self._sealed(total, 0.0, 0.0, secrets.randbits(63), 0, "", self._declared([]))
-            con.execute(
-                f"INSERT INTO {SCHEMA}.budget VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)", astuple(state)
+            state = self._sealed(
+                total,
+                0.0,
+                0.0,
+                delta_total,
+                delta_cap,
+                secrets.randbits(63),
+                0,
+                "",
+                self._declared([]),
             )
+            con.execute(
+                f"INSERT INTO {SCHEMA}.budget (id, {', '.join(_STATE_COLUMNS)}) "
+                f"VALUES (1, {', '.join('?' * len(_STATE_COLUMNS))})",
+                list(astuple(state)),
+            )
+
+    def _has_delta_budget(self) -> bool:
+        """Whether the budget row has the δ total and cap (ledgers written before δ was
+        budgeted do not)."""
+        columns = {
+            name
+            for (name,) in self._con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? "
+                "AND table_name = 'budget' AND database_name = current_database()",
+                [SCHEMA],
+            ).fetchall()
+        }
+        return {"delta_total", "delta_cap"} <= columns
+
+    def _migrate(self) -> None:
+        """Give a ledger written before δ was budgeted the default δ total and cap.
+
+        The old budget row must pass its old MAC (which covers no δ total or cap); it is
+        then re-sealed under the new MAC, inside the caller's transaction. A ledger
+        whose δ already spent exceeds the default total keeps it: its remaining δ is 0.
+        A row whose MAC is new-style cannot pass the old check (the MAC covers the field
+        list), so removing the columns of a migrated ledger is detected, not re-migrated.
+        """
+        rows = self._con.execute(
+            f"SELECT id, total, spent, delta, secret, entries, head, declared, mac "
+            f"FROM {SCHEMA}.budget"
+        ).fetchall()
+        if len(rows) != 1 or rows[0][0] != 1:
+            raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
+        total, spent, delta, secret, entries, head, declared, mac = rows[0][1:]
+        old = self._mac("budget", total, spent, delta, secret, entries, head, declared)
+        if not hmac.compare_digest(old, str(mac)):
+            raise LedgerCorrupted(
+                "the ledger's budget was changed outside privsql; refusing service"
+            )
+        new = self._sealed(
+            total, spent, delta, DELTA_BUDGET, MAX_QUERY_DELTA, secret, entries, head, declared
+        )
+        self._execute(f"ALTER TABLE {SCHEMA}.budget ADD COLUMN delta_total DOUBLE")
+        self._execute(f"ALTER TABLE {SCHEMA}.budget ADD COLUMN delta_cap DOUBLE")
+        self._execute(
+            f"UPDATE {SCHEMA}.budget SET delta_total = ?, delta_cap = ?, mac = ? WHERE id = 1",
+            [new.delta_total, new.delta_cap, new.mac],
+        )
 
     def _read_key(self) -> bytes:
         if self._key_file is None:
@@ -249,13 +362,16 @@ class Ledger:
         total: float,
         spent: float,
         delta: float,
+        delta_total: float,
+        delta_cap: float,
         secret: int,
         entries: int,
         head: str,
         declared: str,
     ) -> _State:
-        mac = self._mac("budget", total, spent, delta, secret, entries, head, declared)
-        return _State(total, spent, delta, secret, entries, head, declared, mac)
+        fields = (total, spent, delta, delta_total, delta_cap, secret, entries, head, declared)
+        mac = self._mac("budget/2", *fields)
+        return _State(*fields, mac)
 
     def _declared(self, sources: list[list]) -> str:
         return self._mac("sources", sources)
@@ -279,13 +395,12 @@ class Ledger:
     def _state(self) -> _State:
         """The budget row, after checking its MAC."""
         rows = self._con.execute(
-            f"SELECT id, total, spent, delta, secret, entries, head, declared, mac "
-            f"FROM {SCHEMA}.budget"
+            f"SELECT id, {', '.join(_STATE_COLUMNS)} FROM {SCHEMA}.budget"
         ).fetchall()
         if len(rows) != 1 or rows[0][0] != 1:
             raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
         state = _State(*rows[0][1:])
-        if not hmac.compare_digest(self._sealed(*rows[0][1:8]).mac, str(state.mac)):
+        if not hmac.compare_digest(self._sealed(*rows[0][1:-1]).mac, str(state.mac)):
             raise LedgerCorrupted(
                 "the ledger's budget was changed outside privsql; refusing service"
             )
@@ -330,6 +445,24 @@ class Ledger:
             return self._state().delta
 
     @property
+    def delta_total(self) -> float:
+        """The database's δ total, set by its owner when the ledger was created."""
+        with self._lock:
+            return self._state().delta_total
+
+    @property
+    def delta_remaining(self) -> float:
+        with self._lock:
+            state = self._state()
+        return max(0.0, state.delta_total - state.delta)
+
+    @property
+    def max_query_delta(self) -> float:
+        """The largest δ one query may spend (fixed when the ledger was created)."""
+        with self._lock:
+            return self._state().delta_cap
+
+    @property
     def remaining(self) -> float:
         with self._lock:
             state = self._state()
@@ -351,15 +484,19 @@ class Ledger:
             self._check_tail(self._state())
             return self._history()
 
-    def affordable(self, epsilon: float) -> bool:
+    def affordable(self, epsilon: float, delta: float = 0.0) -> bool:
+        """Whether ε and δ both fit in what remains (``_charge_once`` checks again)."""
         with self._lock:
             state = self._state()
-        return state.spent + epsilon <= state.total * (1 + TOLERANCE)
+        return _fits(state.spent, epsilon, state.total) and _fits(
+            state.delta, delta, state.delta_total
+        )
 
     def charge(
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
     ) -> None:
-        """Spend ε (and δ) for one answer, durably, or raise ``BudgetExceeded``.
+        """Spend ε and δ for one answer, durably, or raise ``BudgetExceeded`` (either would
+        pass its total) or ``InvalidOption`` (δ above the per-query cap).
 
         The answer, if given, is stored in the same transaction as the charge. A
         write-write conflict with another session is retried for up to BUSY_TIMEOUT.
@@ -390,13 +527,24 @@ class Ledger:
     ) -> None:
         state = self._state()
         self._check_tail(state)
-        spent = state.spent + epsilon
-        if spent > state.total * (1 + TOLERANCE):
+        if not _fits(state.spent, epsilon, state.total):
             raise BudgetExceeded(
                 f"this query needs ε = {epsilon:g} but only "
                 f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
                 "nothing was charged"
             )
+        if delta > state.delta_cap:
+            raise InvalidOption(
+                f"δ = {delta:g} is above this database's per-query cap of δ = "
+                f"{state.delta_cap:g}; nothing was charged"
+            )
+        if not _fits(state.delta, delta, state.delta_total):
+            raise BudgetExceeded(
+                f"this query needs δ = {delta:g} but only "
+                f"δ = {max(0.0, state.delta_total - state.delta):g} of {state.delta_total:g} "
+                "remains; nothing was charged"
+            )
+        spent = state.spent + epsilon
         seq = state.entries + 1
         at = datetime.now(UTC).replace(tzinfo=None)
         link = self._entry_mac(seq, at, label, epsilon, delta, state.head)
@@ -404,6 +552,8 @@ class Ledger:
             state.total,
             spent,
             state.delta + delta,
+            state.delta_total,
+            state.delta_cap,
             state.secret,
             seq,
             link,
@@ -524,7 +674,7 @@ class Ledger:
         state = self._state()
         self._sources(state)  # never re-seal declarations changed outside privsql
         self._execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?)", row)
-        fields = (state.total, state.spent, state.delta, state.secret, state.entries, state.head)
+        fields = astuple(state)[:-2]  # all but declared and mac
         self._compare_and_set(state, self._sealed(*fields, self._declared(self._read_sources())))
 
     def declarations(self) -> dict[str, tuple[Protection | None, bool]]:
@@ -555,6 +705,31 @@ def _write_key(path: Path, key: bytes) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _fits(spent: float, cost: float, total: float) -> bool:
+    """Whether spending ``cost`` more keeps ``spent`` within ``total`` (up to TOLERANCE);
+    spending nothing always fits, even in a ledger already past its total (a migrated one)."""
+    return cost == 0 or spent + cost <= total * (1 + TOLERANCE)
+
+
+def _checked_delta(value: float, what: str) -> float:
+    value = float(value)
+    if not 0 < value < 1:
+        raise PrivacyError(f"the {what} must be greater than 0 and smaller than 1")
+    return value
+
+
+def _delta_policy(delta_budget: float | None, max_query_delta: float | None) -> tuple[float, float]:
+    """The δ total and per-query cap of a new ledger: the owner's, else the defaults
+    (the default cap is lowered to a smaller total; an explicit cap above it is refused)."""
+    total = DELTA_BUDGET if delta_budget is None else _checked_delta(delta_budget, "δ budget")
+    if max_query_delta is None:
+        return total, min(MAX_QUERY_DELTA, total)
+    cap = _checked_delta(max_query_delta, "per-query δ cap")
+    if cap > total:
+        raise PrivacyError(f"the per-query δ cap ({cap:g}) cannot exceed the δ budget ({total:g})")
+    return total, cap
 
 
 def _checked_budget(budget: float) -> float:

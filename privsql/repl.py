@@ -328,8 +328,10 @@ class Shell:
     def _budget(self) -> int:
         budget = self.db.budget
         line = f"ε budget {budget.total:g}: spent {budget.spent:g}, remaining {budget.remaining:g}"
-        delta = getattr(budget, "delta_spent", 0) or 0
-        self.say(line + (f" (δ spent {delta:g})" if delta else ""))
+        self.say(
+            line + f"; δ budget {budget.delta_total:g}: spent {budget.delta_spent:g}, "
+            f"remaining {budget.delta_remaining:g}, at most {budget.max_query_delta:g} per query"
+        )
         history = budget.history
         if not history:
             self.say("no charges yet")

@@ -26,7 +26,14 @@ from sqlglot import exp
 import udfs
 from privsql.accuracy import half_widths
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
-from privsql.ledger import LOCK_TIMEOUT, BudgetExceeded, Ledger, StoredAnswer, open_database
+from privsql.ledger import (
+    LOCK_TIMEOUT,
+    MAX_QUERY_DELTA,
+    BudgetExceeded,
+    Ledger,
+    StoredAnswer,
+    open_database,
+)
 from privsql.result import Result
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection
@@ -49,6 +56,7 @@ from rewriter.plan import (
     Measurement,
     Plan,
     bounds_search,
+    charged_delta,
     plan,
 )
 
@@ -123,7 +131,8 @@ class _Released:
 
 
 class Budget:
-    """The ledger as the analyst sees it: total, spent, remaining and history."""
+    """The ledger as the analyst sees it: ε and δ total, spent and remaining, the per-query
+    δ cap, and the history."""
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
@@ -131,11 +140,18 @@ class Budget:
     total = property(lambda self: self._ledger.total)
     spent = property(lambda self: self._ledger.spent)
     remaining = property(lambda self: self._ledger.remaining)
+    delta_total = property(lambda self: self._ledger.delta_total)
     delta_spent = property(lambda self: self._ledger.delta_spent)
+    delta_remaining = property(lambda self: self._ledger.delta_remaining)
+    max_query_delta = property(lambda self: self._ledger.max_query_delta)
     history = property(lambda self: self._ledger.history)
 
     def __repr__(self) -> str:
-        return f"Budget(total={self.total:g}, spent={self.spent:g}, remaining={self.remaining:g})"
+        return (
+            f"Budget(total={self.total:g}, spent={self.spent:g}, remaining={self.remaining:g}, "
+            f"delta_total={self.delta_total:g}, delta_spent={self.delta_spent:g}, "
+            f"delta_remaining={self.delta_remaining:g})"
+        )
 
 
 def _one_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
@@ -164,22 +180,38 @@ class Session:
         *,
         budget: float | None,
         epsilon: float,
-        delta: float,
+        delta: float | None,
         rng: udfs.RandomSource,
         owns_connection: bool = True,
         engine: Engine | None = None,
         ledger: duckdb.DuckDBPyConnection | None = None,
+        delta_budget: float | None = None,
+        max_query_delta: float | None = None,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
-        if not (0 < delta < 1):
+        if delta is not None and not (0 < delta < 1):
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
         self._busy = threading.RLock()  # one statement at a time on this session's connection
         self._engine = engine or DuckDBEngine(connection)
         self._owns_connection = owns_connection
         self._ledger_connection = ledger
-        self._ledger = Ledger((ledger or connection).cursor(), budget)
+        self._ledger = Ledger(
+            (ledger or connection).cursor(), budget, delta_budget, max_query_delta
+        )
+        cap = self._ledger.max_query_delta
+        if delta is None:
+            delta = min(MAX_QUERY_DELTA, cap)
+        elif delta > cap:
+            self._ledger.close()
+            if ledger is not None:
+                ledger.close()
+            if owns_connection:
+                connection.close()
+            raise PrivacyError(
+                f"the default δ = {delta:g} is above this database's per-query cap of δ = {cap:g}"
+            )
         self.epsilon = epsilon
         self.delta = delta
         self.budget = Budget(self._ledger)
@@ -242,7 +274,8 @@ class Session:
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
-        released = self._execute(analysis, key)
+        delta = self._checked_delta(analysis)
+        released = self._execute(analysis, key, delta)
         if released.plan is None:
             query_plan = self._replan(analysis, released.table)
         else:
@@ -255,6 +288,22 @@ class Session:
             )
         table = post_process(self._con, stages(query_plan, FUNCTIONS).final, released.table)
         return self._result(table, query_plan, cached=released.plan is None)
+
+    def _checked_delta(self, analysis: Analysis) -> float:
+        """The δ the query will be charged, after refusing a δ above the per-query cap.
+
+        A DELTA option above the cap is refused even when the query releases only public
+        keys (and so would spend no δ): it asks for something the owner does not allow.
+        δ ≥ 1 was already refused when the options were read (rewriter/options.py).
+        """
+        cap = self._ledger.max_query_delta
+        asked = analysis.options.delta
+        if asked is not None and asked > cap:
+            raise InvalidOption(
+                f"DELTA {asked:g} is above this database's per-query cap of δ = {cap:g}; "
+                "nothing was charged"
+            )
+        return charged_delta(analysis, self.delta)
 
     @_one_at_a_time
     def explain(self, query: str, *, keys: Keys | None = None) -> Explanation:
@@ -386,7 +435,7 @@ class Session:
         except duckdb.Error:
             raise InvalidOption("the key list does not cast to its key's type") from None
 
-    def _execute(self, analysis: Analysis, key: str) -> _Released:
+    def _execute(self, analysis: Analysis, key: str, delta: float) -> _Released:
         """The query's released values, in one snapshot of the data: the stored answer when
         this query was answered on these data before (looked up before anything else runs),
         else — if the budget allows — a fresh release and the plan it was made under.
@@ -414,6 +463,11 @@ class Session:
                 raise BudgetExceeded(
                     f"this query needs ε = {epsilon:g} but only "
                     f"ε = {self._ledger.remaining:g} remains; nothing was charged"
+                )
+            if not self._ledger.affordable(0.0, delta):
+                raise BudgetExceeded(
+                    f"this query needs δ = {delta:g} (partition selection) but only "
+                    f"δ = {self._ledger.delta_remaining:g} remains; nothing was charged"
                 )
             search = bounds_search(analysis, epsilon=self.epsilon)
             spent, estimated, bounded = 0.0, {}, analysis
@@ -557,7 +611,9 @@ def connect(
     *,
     budget: float | None = None,
     epsilon: float = 1.0,
-    delta: float = 1e-6,
+    delta: float | None = None,
+    delta_budget: float | None = None,
+    max_query_delta: float | None = None,
     engine: str = "duckdb",
     spark: Any = None,
     ledger: str | Path | None = None,
@@ -569,7 +625,12 @@ def connect(
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
 
     ``budget`` is the database's total ε (fixed when its ledger is created; 1.0 if never
-    given); ``epsilon`` and ``delta`` are the defaults of a query that names none.
+    given); ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
+    δ one query may spend (default 1e-6, or the δ total if smaller), both also fixed at
+    creation (a different value later is refused). ``epsilon`` and ``delta`` are the
+    defaults of a query that names none; ``delta`` defaults to 1e-6 or the cap if smaller,
+    and one above the cap is refused. δ is spent only by queries that release group keys
+    that are not public (partition selection).
     The ledger and the owner's declarations live in the DuckDB file ``ledger`` names, else
     in ``database`` (DuckDB) or in memory (Spark, where they then last only as long as the
     session: name a file for a durable budget).
@@ -581,7 +642,14 @@ def connect(
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
     )
-    settings = {"budget": budget, "epsilon": epsilon, "delta": delta, "rng": rng}
+    settings = {
+        "budget": budget,
+        "epsilon": epsilon,
+        "delta": delta,
+        "rng": rng,
+        "delta_budget": delta_budget,
+        "max_query_delta": max_query_delta,
+    }
     if engine == "spark":
         if spark is None:
             raise PrivacyError("engine='spark' needs spark=<SparkSession>")

@@ -250,6 +250,16 @@ class Plan:
         return replace(self, bounding=bounding, search=None)
 
 
+def charged_delta(analysis: Analysis, delta: float) -> float:
+    """The δ a query spends: its DELTA (else the session's default ``delta``) when it
+    releases group keys that are not public (partition selection), else 0.
+
+    ``plan`` takes its δ from here, and the session budgets it before anything runs.
+    """
+    private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
+    return (analysis.options.delta or delta) if private_keys else 0.0
+
+
 def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0) -> Plan:
     """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults.
 
@@ -294,7 +304,7 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
         search = ThresholdSearch(
             rules or ("rank",), search_epsilon, rank, half_range, released * groups * groups
         )
-    query_delta = (options.delta or delta) if private_keys else 0.0
+    query_delta = charged_delta(analysis, delta)
     return Plan(
         analysis=analysis,
         bounding=Bounding(strategy, cap, groups),

@@ -110,6 +110,12 @@ TAMPERING = {
     "spent lowered": ["UPDATE __privsql.budget SET spent = 0"],
     "total raised": ["UPDATE __privsql.budget SET total = 100"],
     "delta lowered": ["UPDATE __privsql.budget SET delta = -1"],
+    "delta total raised": ["UPDATE __privsql.budget SET delta_total = 0.5"],
+    "delta cap raised": ["UPDATE __privsql.budget SET delta_cap = 0.5"],
+    "delta budget removed": [  # would pass for a ledger from before δ was budgeted
+        "ALTER TABLE __privsql.budget DROP COLUMN delta_total",
+        "ALTER TABLE __privsql.budget DROP COLUMN delta_cap",
+    ],
     "last charge deleted": ["DELETE FROM __privsql.history WHERE seq = 2"],
     "first charge deleted": ["DELETE FROM __privsql.history WHERE seq = 1"],
     "history emptied": ["DELETE FROM __privsql.history"],
