@@ -128,6 +128,8 @@ class _Released:
     data: str
     table: pa.Table
     plan: Plan | None
+    final: str
+    """The post-processing statement of a fresh release (``Stages.final``)."""
 
 
 class Budget:
@@ -278,7 +280,9 @@ class Session:
         released = self._execute(analysis, key, delta)
         if released.plan is None:
             query_plan = self._replan(analysis, released.table)
+            final = stages(query_plan, FUNCTIONS).final
         else:
+            final = released.final
             query_plan = released.plan
             self._ledger.charge(
                 analysis.written,
@@ -286,7 +290,7 @@ class Session:
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
             )
-        table = post_process(self._con, stages(query_plan, FUNCTIONS).final, released.table)
+        table = post_process(self._con, final, released.table)
         return self._result(table, query_plan, cached=released.plan is None)
 
     def _checked_delta(self, analysis: Analysis) -> float:
@@ -458,7 +462,7 @@ class Session:
             )
             stored = self._ledger.answer(key, data)
             if stored is not None:
-                return _Released(data, stored, None)
+                return _Released(data, stored, None, "")
             if not self._ledger.affordable(epsilon):
                 raise BudgetExceeded(
                     f"this query needs ε = {epsilon:g} but only "
@@ -481,14 +485,15 @@ class Session:
             if query_plan.search is not None:
                 summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
-            table = engine.release(stages(query_plan, FUNCTIONS), secret)
+            parts = stages(query_plan, FUNCTIONS)
+            table = engine.release(parts, secret)
             decided = {
                 "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
                 "bounds": estimated,
                 "spent": spent,
             }
             table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
-            return _Released(data, table, query_plan)
+            return _Released(data, table, query_plan, parts.final)
 
         return engine.private(run)
 
