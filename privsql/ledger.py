@@ -484,6 +484,15 @@ class Ledger:
             self._check_tail(self._state())
             return self._history()
 
+    @property
+    def files(self) -> frozenset[str]:
+        """The ledger's files on disk: its database (and write-ahead log) and its key."""
+        path = database_path(self._con)
+        if path is None:
+            return frozenset()
+        names = [path, path.with_name(path.name + ".wal"), self._key_file]
+        return frozenset(os.path.normpath(os.path.abspath(p)) for p in names if p is not None)
+
     def affordable(self, epsilon: float, delta: float = 0.0) -> bool:
         """Whether ε and δ both fit in what remains (``_charge_once`` checks again)."""
         with self._lock:

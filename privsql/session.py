@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from privsql.ledger import (
     BudgetExceeded,
     Ledger,
     StoredAnswer,
+    database_path,
     open_database,
 )
 from privsql.result import Result
@@ -189,12 +191,14 @@ class Session:
         ledger: duckdb.DuckDBPyConnection | None = None,
         delta_budget: float | None = None,
         max_query_delta: float | None = None,
+        declared_files_only: bool = False,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
         if delta is not None and not (0 < delta < 1):
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
+        self._declared_files_only = declared_files_only
         self._busy = threading.RLock()  # one statement at a time on this session's connection
         self._engine = engine or DuckDBEngine(connection)
         self._owns_connection = owns_connection
@@ -430,6 +434,8 @@ class Session:
             files=lru_cache(maxsize=None)(_files),
             types=self._engine.types,
             evaluate=self._evaluate,
+            forbidden=self._ledger.files | _files_of(self._con),
+            declared_files_only=self._declared_files_only,
         )
 
     def _evaluate(self, statement: str) -> list[tuple]:
@@ -557,6 +563,14 @@ class Session:
         )
 
 
+def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """The data's own database file, and its write-ahead log."""
+    path = database_path(connection)
+    if path is None:
+        return frozenset()
+    return frozenset(os.path.abspath(p) for p in (path, path.with_name(path.name + ".wal")))
+
+
 def _files(name: str) -> frozenset[str]:
     """The files a file identity names: each path, its glob expanded (recursively for **)."""
     paths = name.removeprefix(FILE).split("\n")
@@ -625,6 +639,7 @@ def connect(
     seed: int | None = None,
     insecure: bool = False,
     lock_timeout: float = LOCK_TIMEOUT,
+    declared_files_only: bool = False,
 ) -> Session:
     """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection),
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
@@ -642,7 +657,9 @@ def connect(
     ``seed`` makes the noise reproducible and is refused unless ``insecure=True``: it
     is for tests only, never for releasing data. DuckDB lets one process at a time open
     a file; ``lock_timeout`` is how many seconds ``connect`` waits for another process
-    to close it.
+    to close it. With ``declared_files_only`` queries read only the files the owner
+    declared with ``protect`` (for analysts who are not the owner); the database's own
+    files and its ledger's key are never readable by a query.
     """
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
@@ -654,6 +671,7 @@ def connect(
         "rng": rng,
         "delta_budget": delta_budget,
         "max_query_delta": max_query_delta,
+        "declared_files_only": declared_files_only,
     }
     if engine == "spark":
         if spark is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from rewriter.errors import InvalidPrivacyUnit
+from rewriter.errors import InvalidPrivacyUnit, StatementNotAllowed
 
 Bounds = tuple[float, float]
 FILE = "file:"
@@ -76,9 +76,21 @@ class Catalog:
     files: Callable[[str], frozenset[str]] = lambda _: frozenset()
     types: Callable[[str], list[str]] = lambda _: []
     evaluate: Callable[[str], list[tuple]] = lambda _: []
+    forbidden: frozenset[str] = frozenset()
+    declared_files_only: bool = False
 
     def identity(self, source: exp.Table) -> str:
         return identity(source, self.database)
+
+    def check_readable(self, source: exp.Table) -> None:
+        """Refuse a file reader that reaches a forbidden file, or (``declared_files_only``)
+        any file the owner did not declare; decided from paths, before the file is opened."""
+        if not isinstance(source.this, exp.Func):
+            return
+        if self.files(self.identity(source)) & self.forbidden:
+            raise StatementNotAllowed("the database's own files cannot be read")
+        if self.declared_files_only and self.protection(source) is None:
+            raise StatementNotAllowed("this session reads only files the data owner declared")
 
     def is_public(self, source: exp.Table) -> bool:
         return not isinstance(source.this, exp.Func) and self.identity(source) in self.public

@@ -177,6 +177,7 @@ def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[s
         name = f"{SOURCE_PREFIX}{len(stands)}"
         stands[name] = _Stand(table.copy(), alias)
         check_source(table)
+        catalog.check_readable(table)
         table.replace(
             exp.Table(
                 this=exp.to_identifier(name),

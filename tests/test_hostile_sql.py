@@ -243,3 +243,33 @@ def test_order_dependent_per_unit_aggregates_are_refused(
         f"SELECT SUM(v CLAMPED BETWEEN 0 AND 5) FROM (SELECT user_id, {aggregate} AS v "
         "FROM ratings GROUP BY user_id) PRIVACY_UNIT user_id",
     )
+
+
+# Files: the database's own, and a session restricted to declared files -------------------
+
+def test_the_database_and_its_key_are_never_read(tmp_path: Path) -> None:
+    path = tmp_path / "owned.duckdb"
+    db = privsql.connect(str(path), budget=1.0)
+    try:
+        for target in (path, f"{path}.privsql-key", f"{tmp_path}/*"):
+            error = refused(db, f"SELECT COUNT(*) FROM read_parquet('{target}') PRIVACY_UNIT u")
+            assert error.rule == "select-only"
+    finally:
+        db.close()
+
+
+def test_a_restricted_session_reads_only_declared_files(tmp_path: Path) -> None:
+    con = duckdb.connect()
+    for name in ("declared", "other"):
+        con.execute(
+            f"COPY (SELECT i % 7 AS u FROM range(50) r(i)) TO '{tmp_path / name}.parquet' "
+            "(FORMAT parquet)"
+        )
+    db = privsql.connect(con, budget=10.0, declared_files_only=True)
+    db.protect(f"read_parquet('{tmp_path / 'declared.parquet'}')", privacy_unit="u")
+    assert db.sql(
+        f"SELECT COUNT(*) FROM read_parquet('{tmp_path}/declared.parquet') PRIVACY_UNIT u "
+        "BOUND ROWS 1"
+    ).epsilon == 1.0
+    for path in (tmp_path / "other.parquet", f"{tmp_path}/*.parquet"):
+        refused(db, f"SELECT COUNT(*) FROM read_parquet('{path}') PRIVACY_UNIT u BOUND ROWS 1")
