@@ -13,8 +13,9 @@ hostile values read from table columns (``tests/test_functions.py`` keeps it hon
 Requirement on the engine: DuckDB's common-subexpression optimizer hoists a repeated
 subexpression (``CAST(s AS INT) * CAST(s AS INT)``, and the casts DuckDB itself repeats when
 it expands ``s IN (1, 2)`` or ``s = 1 OR s = 2`` over a VARCHAR ``s``) into a projection
-*below* the TRY, so its conversion error escapes. The connection running guarded SQL must
-apply ``REQUIRED_SETTINGS``; with them every entry here holds.
+*below* the TRY, so its conversion error escapes; so does a simple ``CASE s WHEN 1 ...``.
+The connection running guarded SQL must apply ``REQUIRED_SETTINGS`` (privsql's engines do,
+in ``privsql.engines._keep_try_whole``); with them every entry here holds.
 
 Notable exclusions, probed on duckdb 2.0.0:
 
@@ -22,8 +23,9 @@ Notable exclusions, probed on duckdb 2.0.0:
   list/lambda functions are excluded with it (``exp.Lambda`` is not allowed).
 - ``like_escape``, ``ilike_escape``, ``LIKE ... ESCAPE``: an escape that is not one character
   is a syntax error that escapes TRY when the escape comes from a column.
-- ``lpad``, ``rpad``, ``repeat``: a large count (from a column, or ``lpad(s, 1e9, 'x')``)
-  allocates gigabytes per row: out-of-memory errors escape TRY, or the query hangs.
+- ``repeat``, and ``lpad``/``rpad`` with a count that is not a constant up to
+  ``BOUNDED_ARGUMENTS``: a large count (from a column, or ``lpad(s, 1e9, 'x')``) allocates
+  gigabytes per row: out-of-memory errors escape TRY, or the query hangs.
 - ``levenshtein`` and other edit distances: quadratic in string length, a CPU hang.
 - ``printf``, ``format``: format/argument mismatches are reported as binder-style errors.
 - ``age``, ``now``, ``current_date``, ``today``, ``random``, ``uuid``, ``nextval``: read the
@@ -57,7 +59,7 @@ ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
         "lower", "upper", "length", "strlen", "bit_length", "substring", "left", "right",
         "trim", "ltrim", "rtrim", "concat", "concat_ws", "replace", "starts_with", "ends_with",
         "contains", "strpos", "prefix", "suffix", "reverse", "split_part", "ascii", "chr",
-        "md5", "hash", "nullif",
+        "md5", "hash", "nullif", "lpad", "rpad",
         "regexp_matches", "regexp_full_match", "regexp_replace", "regexp_extract",
         # dates and times
         "extract", "date_part", "datepart", "date_trunc", "date_diff", "date_sub", "datesub",
@@ -70,6 +72,13 @@ ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
 """Scalar functions, by the (lower-case) DuckDB name sqlglot generates them as: aliases the
 analyst may write (``pow``, ``substr``, ``instr``, ``log10``, ``ceiling``, ``lcase``, ...) are
 normalised by sqlglot to one of these and need no entry."""
+
+BOUNDED_ARGUMENTS: dict[str, tuple[str, int]] = {
+    "lpad": ("expression", 10_000),
+    "rpad": ("expression", 10_000),
+}
+"""Functions allowed only when one argument (by sqlglot arg name) is an integer constant
+from 0 to a limit: the padded length, which is the size of the result."""
 
 ALLOWED_NODES: frozenset[type[exp.Expr]] = frozenset(
     {
@@ -172,6 +181,7 @@ def _check(node: exp.Expr, parent: exp.Expr | None, key: str | None) -> None:
         if name is None or name not in ALLOWED_FUNCTIONS:
             written = name or node.sql_name().lower()
             raise UnsupportedQuery(f"function {written} is not allowed in privsql queries")
+        _check_bounded(node, name)
     else:
         raise UnsupportedQuery(f"{_describe(node)} is not allowed in privsql queries")
     _check_children(node)
@@ -205,6 +215,15 @@ def _check_shape(node: exp.Expr) -> None:
             raise UnsupportedQuery("IN is allowed only over a list of constants")
     elif isinstance(node, (exp.Like, exp.ILike)) and node.args.get("escape") is not None:
         raise UnsupportedQuery("LIKE ... ESCAPE is not allowed in privsql queries")
+
+
+def _check_bounded(node: exp.Func, name: str) -> None:
+    if name not in BOUNDED_ARGUMENTS:
+        return
+    key, limit = BOUNDED_ARGUMENTS[name]
+    value = node.args.get(key)
+    if not (isinstance(value, exp.Literal) and value.is_int and 0 <= int(value.name) <= limit):
+        raise UnsupportedQuery(f"{name} needs a constant length from 0 to {limit}")
 
 
 def _describe(node: exp.Expr) -> str:
