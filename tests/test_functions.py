@@ -73,6 +73,8 @@ CASES: list[tuple[str, str]] = [
     ("-c0", "i"), ("-c0", "int"), ("-c0", "n"), ("-(c0)", "d"),
     ("c0 + c1", "dt int"), ("c0 - c1", "dt int"), ("c0 - c1", "dt dt"), ("c0 - c1", "ts ts"),
     ("c0 + INTERVAL 1 DAY", "ts"), ("c0 - INTERVAL 1000000 YEAR", "dt"),
+    ("c0 + INTERVAL (c1) DAY", "ts i"), ("c0 - INTERVAL (c1) YEAR", "dt d"),
+    ("INTERVAL (c0) MICROSECOND", "i"),
     *[
         (f"c0 {op} c1", a)
         for op in ("=", "<>", "<", "<=", ">", ">=")
@@ -327,6 +329,11 @@ REFUSED = {
     "CAST(x AS INT[])": "INT[]",
     "x::STRUCT(a INT)": "STRUCT",
     "s COLLATE nocase": "collate",
+    "main.lower(x)": "DOT",
+    "l[1]": "BRACKET",
+    "sum(x) OVER ()": "WINDOW",
+    "x ->> 'a'": "json",
+    "COLUMNS('.*')": "columns",
     "SUM(random() CLAMPED BETWEEN 0 AND 1)": "random",
     "COUNT(DISTINCT getvariable('x'))": "getvariable",
     "abs(getvariable('x'))": "getvariable",
