@@ -1,0 +1,242 @@
+"""The allow-list of row-level SQL that may touch private rows.
+
+Every row-level expression the analyst writes over private data runs inside DuckDB's
+``TRY(...)``, so that whether a query fails cannot depend on any one user's values. That
+guarantee is only as good as the functions TRY can actually hold: some DuckDB functions
+raise errors TRY does not catch, some exhaust memory, some read state (settings, variables,
+files, the clock) behind the analyser's back. Rather than deny the ones we know about, this
+module lists what may appear - operator and structure node types by sqlglot class, scalar
+functions by the DuckDB name they are generated as, casts by target type - and
+``refuse_unlisted`` refuses everything else. Each entry was probed on duckdb 2.0.0 with
+hostile values read from table columns (``tests/test_functions.py`` keeps it honest).
+
+Requirement on the engine: DuckDB's common-subexpression optimizer hoists a repeated
+subexpression (``CAST(s AS INT) * CAST(s AS INT)``, and the casts DuckDB itself repeats when
+it expands ``s IN (1, 2)`` or ``s = 1 OR s = 2`` over a VARCHAR ``s``) into a projection
+*below* the TRY, so its conversion error escapes; so does a simple ``CASE s WHEN 1 ...``.
+The connection running guarded SQL must apply ``REQUIRED_SETTINGS`` (privsql's engines do,
+in ``privsql.engines._keep_try_whole``); with them every entry here holds.
+
+Notable exclusions, probed on duckdb 2.0.0:
+
+- ``list_reduce``: "Cannot perform list_reduce on an empty input list" escapes TRY; all
+  list/lambda functions are excluded with it (``exp.Lambda`` is not allowed).
+- ``like_escape``, ``ilike_escape``, ``LIKE ... ESCAPE``: an escape that is not one character
+  is a syntax error that escapes TRY when the escape comes from a column.
+- ``repeat``, and ``lpad``/``rpad`` with a count that is not a constant up to
+  ``BOUNDED_ARGUMENTS``: a large count (from a column, or ``lpad(s, 1e9, 'x')``) allocates
+  gigabytes per row: out-of-memory errors escape TRY, or the query hangs.
+- ``levenshtein`` and other edit distances: quadratic in string length (1.5 s for two
+  30,000-character strings), a CPU hang on long private strings.
+- ``random``, ``error`` and other volatile functions: TRY refuses them at bind time anyway.
+- ``printf``, ``format``: a width taken from an argument (``printf('%*d', n, 1)``) allocates
+  gigabytes: "Out of Memory Error" escapes TRY.
+- ``age``, ``now``, ``current_date``, ``today``, ``uuid``, ``nextval``: read the
+  clock or state, not the row (``age(ts)`` is ``now() - ts``).
+- ``getvariable``, ``current_setting``, ``error``, ``query``, ``query_table``, ``read_*``:
+  read session state or files, or raise on purpose.
+- Casts to TIMESTAMPTZ/TIMETZ (depend on the TimeZone setting), JSON, BLOB, ENUM, nested
+  types; ``COLLATE``; subqueries, ``EXISTS``, ``ANY``; parameters and ``$name`` variables.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from rewriter.errors import UnsupportedQuery
+from rewriter.expressions import Clamped
+
+REQUIRED_SETTINGS: tuple[str, ...] = ("SET disabled_optimizers = 'common_subexpressions'",)
+"""Settings the connection must have for TRY to hold every allowed expression (see above)."""
+
+ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
+    {
+        # numbers
+        "abs", "ceil", "floor", "round", "trunc", "sign", "sqrt", "cbrt", "ln", "log", "exp",
+        "power", "least", "greatest", "isnan", "isinf", "isfinite", "even", "gcd", "lcm",
+        "degrees", "radians", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "pi",
+        "bit_count",
+        # strings
+        "lower", "upper", "length", "strlen", "bit_length", "substring", "left", "right",
+        "trim", "ltrim", "rtrim", "concat", "concat_ws", "replace", "starts_with", "ends_with",
+        "contains", "strpos", "prefix", "suffix", "reverse", "split_part", "ascii", "chr",
+        "md5", "hash", "nullif", "lpad", "rpad",
+        "regexp_matches", "regexp_full_match", "regexp_replace", "regexp_extract",
+        # dates and times
+        "extract", "date_part", "datepart", "date_trunc", "date_diff", "date_sub", "datesub",
+        "year", "month", "day", "hour", "minute", "second", "millisecond", "dayofweek",
+        "dayofyear", "dayofmonth", "week", "weekofyear", "quarter", "isodow", "isoyear",
+        "yearweek", "dayname", "monthname", "last_day", "epoch", "epoch_ms", "to_timestamp",
+        "make_date", "make_timestamp", "strftime", "strptime",
+    }
+)  # fmt: skip
+"""Scalar functions, by the (lower-case) DuckDB name sqlglot generates them as: aliases the
+analyst may write (``pow``, ``substr``, ``instr``, ``log10``, ``ceiling``, ``lcase``, ...) are
+normalised by sqlglot to one of these and need no entry."""
+
+BOUNDED_ARGUMENTS: dict[str, tuple[str, int]] = {
+    "lpad": ("expression", 10_000),
+    "rpad": ("expression", 10_000),
+}
+"""Functions allowed only when one argument (by sqlglot arg name) is an integer constant
+from 0 to a limit: the padded length, which is the size of the result."""
+
+ALLOWED_NODES: frozenset[type[exp.Expr]] = frozenset(
+    {
+        exp.And, exp.Or, exp.Not, exp.Paren, exp.Neg,
+        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod,
+        exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor, exp.BitwiseLeftShift, exp.BitwiseRightShift,
+        exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+        exp.Is, exp.Between, exp.In,
+        exp.Case, exp.If, exp.Coalesce,
+        exp.DPipe, exp.Like, exp.ILike, exp.SimilarTo, exp.Glob,
+        exp.Cast, exp.TryCast, exp.Interval,
+    }
+)  # fmt: skip
+"""Operators and structure, by exact sqlglot class (IN only over constant lists; LIKE and
+ILIKE without ESCAPE; casts only to ``ALLOWED_CAST_TYPES``; intervals with constant units)."""
+
+ALLOWED_CAST_TYPES: frozenset[exp.DataType.Type] = frozenset(
+    {
+        exp.DataType.Type.BOOLEAN,
+        exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+        exp.DataType.Type.BIGINT, exp.DataType.Type.INT128,
+        exp.DataType.Type.UTINYINT, exp.DataType.Type.USMALLINT, exp.DataType.Type.UINT,
+        exp.DataType.Type.UBIGINT,
+        exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL,
+        exp.DataType.Type.TEXT,
+        exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.TIME,
+    }
+)  # fmt: skip
+"""Target types of CAST, TRY_CAST and ``::`` as sqlglot parses them (VARCHAR is TEXT,
+TIMESTAMP is TIMESTAMPNTZ); DECIMAL may carry precision and scale."""
+
+LEAVES: tuple[type[exp.Expr], ...] = (
+    exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Identifier, exp.Star,
+)  # fmt: skip
+"""Nodes that compute nothing: column references and constants."""
+
+WRAPPERS: tuple[type[exp.Expr], ...] = (exp.Alias, exp.Distinct, exp.Ordered)
+"""Nodes that only name or qualify their children (checked in turn)."""
+
+UNIT_ARGUMENTS: dict[type[exp.Expr], str] = {
+    exp.Extract: "this",
+    exp.Interval: "unit",
+}
+"""Arguments that hold a bare date-part word (``EXTRACT(month FROM ts)``), by node class;
+any function's ``unit`` argument is one too (``date_trunc('month', ts)``)."""
+
+REFUSED_OUTRIGHT: tuple[type[exp.Expr], ...] = (
+    exp.Placeholder, exp.Parameter, exp.SessionParameter, exp.Query, exp.Subquery, exp.Exists,
+)  # fmt: skip
+"""Nodes refused whatever they hold: parameters and variables, subqueries."""
+
+_CALL = re.compile(r"([A-Za-z_][A-Za-z_0-9]*)\s*\(")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+
+
+def duckdb_name(node: exp.Func) -> str | None:
+    """The lower-case DuckDB function ``node`` is generated as, or None when sqlglot
+    generates it as anything but one call of one function (an expansion is refused)."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    skeleton = node.copy()
+    for key, value in node.args.items():
+        if isinstance(value, exp.Expr) and not isinstance(value, (exp.Var, exp.Literal)):
+            skeleton.set(key, exp.column("__a"))
+        elif isinstance(value, list):
+            skeleton.set(key, [exp.column("__a") if isinstance(v, exp.Expr) else v for v in value])
+    sql = _STRING.sub("''", skeleton.sql(dialect="duckdb"))
+    calls = _CALL.findall(sql)
+    if len(calls) != 1 or not sql.startswith(calls[0]):
+        return None
+    return calls[0].lower()
+
+
+def refuse_unlisted(node: exp.Expr) -> None:
+    """Raise ``UnsupportedQuery`` naming the first function, operator, cast or node in the
+    row-level expression ``node`` that is not allow-listed.
+
+    Aggregates and ``CLAMPED`` are the caller's business: their own identity is not judged
+    here, but their arguments are. Messages name SQL as written, never data.
+    """
+    _check(node, None, None)
+
+
+def _check(node: exp.Expr, parent: exp.Expr | None, key: str | None) -> None:
+    if isinstance(node, LEAVES):
+        return
+    if isinstance(node, exp.Var):
+        if parent is not None and (key == "unit" or UNIT_ARGUMENTS.get(type(parent)) == key):
+            return
+        raise UnsupportedQuery(f"{node.sql(dialect='duckdb')} is not allowed here")
+    if isinstance(node, (exp.AggFunc, Clamped, *WRAPPERS)):
+        _check_children(node)
+        return
+    if isinstance(node, REFUSED_OUTRIGHT):
+        raise UnsupportedQuery(f"{_describe(node)} is not allowed in privsql queries")
+    if type(node) in ALLOWED_NODES:
+        _check_shape(node)
+    elif isinstance(node, exp.Func):
+        name = duckdb_name(node)
+        if name is None or name not in ALLOWED_FUNCTIONS:
+            written = name or node.sql_name().lower()
+            raise UnsupportedQuery(f"function {written} is not allowed in privsql queries")
+        _check_bounded(node, name)
+    else:
+        raise UnsupportedQuery(f"{_describe(node)} is not allowed in privsql queries")
+    _check_children(node)
+
+
+def _check_children(node: exp.Expr) -> None:
+    for key, value in node.args.items():
+        if isinstance(node, exp.Cast) and key == "to":
+            continue
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, exp.Expr):
+                _check(child, node, key)
+
+
+def _check_shape(node: exp.Expr) -> None:
+    """The conditions some allowed node types carry beyond their class."""
+    if isinstance(node, exp.Cast):
+        to = node.args.get("to")
+        if (
+            not isinstance(to, exp.DataType)
+            or to.this not in ALLOWED_CAST_TYPES
+            or any(not isinstance(e, exp.DataTypeParam) for e in to.expressions)
+            or any(node.args.get(k) is not None for k in ("format", "default", "action"))
+        ):
+            target = to.sql(dialect="duckdb") if isinstance(to, exp.Expr) else "?"
+            raise UnsupportedQuery(f"CAST to {target} is not allowed in privsql queries")
+    elif isinstance(node, exp.In):
+        if any(node.args.get(k) is not None for k in ("query", "unnest", "field")) or any(
+            item.find(exp.Column) is not None for item in node.expressions
+        ):
+            raise UnsupportedQuery("IN is allowed only over a list of constants")
+    elif isinstance(node, (exp.Like, exp.ILike)) and node.args.get("escape") is not None:
+        raise UnsupportedQuery("LIKE ... ESCAPE is not allowed in privsql queries")
+
+
+def _check_bounded(node: exp.Func, name: str) -> None:
+    if name not in BOUNDED_ARGUMENTS:
+        return
+    key, limit = BOUNDED_ARGUMENTS[name]
+    value = node.args.get(key)
+    if not (isinstance(value, exp.Literal) and value.is_int and 0 <= int(value.name) <= limit):
+        raise UnsupportedQuery(f"{name} needs a constant length from 0 to {limit}")
+
+
+def _describe(node: exp.Expr) -> str:
+    """How a refused node is named: its SQL keyword or class, never its contents."""
+    if isinstance(node, exp.Escape):
+        return "LIKE ... ESCAPE"
+    if isinstance(node, (exp.Placeholder, exp.Parameter, exp.SessionParameter)):
+        return f"parameter {node.sql(dialect='duckdb')}"
+    if isinstance(node, (exp.Query, exp.Subquery, exp.Exists)):
+        return "a subquery"
+    if isinstance(node, exp.Cast):
+        return "CAST"
+    return node.key.upper()
