@@ -31,8 +31,9 @@ from rewriter.errors import (
     UnsupportedQuery,
 )
 from rewriter.expressions import Clamped, PrivacyUnit
+from rewriter.functions import refuse_unlisted
 from rewriter.options import PrivacyOptions, read_options
-from rewriter.relations import Relations
+from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
 
 FORBIDDEN_FUNCTIONS = frozenset(
@@ -218,6 +219,7 @@ def analyze(
     automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
     aggregates = _aggregates(select, relations, catalog, automatic)
     _refuse_raw_outputs(select, key_nodes)
+    _refuse_unlisted_row_level(select, key_nodes, aggregates)
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})
@@ -289,6 +291,29 @@ def _refuse_shapes(select: exp.Select) -> None:
         raise UnsupportedQuery("GROUPING SETS, ROLLUP and CUBE are not allowed over private data")
     if group and group.args.get("all"):
         raise UnsupportedQuery("GROUP BY ALL is not allowed: name the keys")
+
+
+def _refuse_unlisted_row_level(
+    select: exp.Select, keys: list[exp.Expr], aggregates: tuple[Aggregate, ...]
+) -> None:
+    """Every expression evaluated on private rows uses only allow-listed SQL
+    (``rewriter.functions``): the outer query's WHERE, join conditions, keys and aggregate
+    arguments, and everything in the bodies of derived tables and CTEs over private data.
+    What is computed from released values (outputs around aggregates, HAVING, ORDER BY)
+    runs after the release and is not held to it."""
+    bodies = [q for q in select.find_all(exp.Select) if q.meta.get(PRIVATE_BODY)]
+    for query in (select, *bodies):
+        where = query.args.get("where")
+        parts = [where.this] if where is not None else []
+        parts += [j.args["on"] for j in query.args.get("joins") or [] if j.args.get("on")]
+        if query is not select:
+            parts += [item.unalias() for item in query.expressions]
+            group = query.args.get("group")
+            parts += list(group.expressions) if group is not None else []
+        for part in parts:
+            refuse_unlisted(part)
+    for node in [*keys, *(a.argument for a in aggregates if a.argument is not None)]:
+        refuse_unlisted(node)
 
 
 def _group_keys(select: exp.Select) -> list[exp.Expr]:

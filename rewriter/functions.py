@@ -215,7 +215,9 @@ def _check_shape(node: exp.Expr) -> None:
         if any(node.args.get(k) is not None for k in ("query", "unnest", "field")) or any(
             item.find(exp.Column) is not None for item in node.expressions
         ):
-            raise UnsupportedQuery("IN is allowed only over a list of constants")
+            raise UnsupportedQuery(
+                "IN is allowed only over a list of constants: join a public table instead"
+            )
     elif isinstance(node, (exp.Like, exp.ILike)) and node.args.get("escape") is not None:
         raise UnsupportedQuery("LIKE ... ESCAPE is not allowed in privsql queries")
 
