@@ -119,3 +119,34 @@ def test_a_ledger_file_keeps_the_budget_of_an_in_memory_database(tmp_path):
         privsql.connect(engine="spark")
     with pytest.raises(privsql.PrivacyError, match="ledger="):
         privsql.connect(tmp_path / "data.duckdb", engine="spark", spark=object())
+
+
+def test_spark_release_stage_withholds_duckdb_messages():
+    """The release stage runs in DuckDB over Spark's per-group outputs: an error there could
+    quote an aggregate of private rows, so it is reported by class only, with no context."""
+    from privsql.engines import SparkEngine
+    from rewriter.generate import RELEASED, Stages
+
+    planted = "PLANTED_spark_4417"
+
+    class Frame:
+        def toArrow(self):  # noqa: N802 - Spark's name
+            import pyarrow as pa
+
+            return pa.table({"v": [planted]})
+
+    class Spark:
+        def sql(self, statement, args=None):
+            return Frame()
+
+    engine = SparkEngine(Spark(), duckdb.connect())
+    parts = Stages(
+        aggregation={"__groups": "SELECT 1"},
+        outputs=("__groups",),
+        release={RELEASED: "SELECT CAST(v AS INTEGER) AS v FROM __groups"},
+        final=f"SELECT * FROM {RELEASED}",
+    )
+    with pytest.raises(privsql.PrivacyError) as failed:
+        engine.release(parts, secret=1)
+    assert planted not in str(failed.value) and "ConversionException" in str(failed.value)
+    assert failed.value.__context__ is None and failed.value.__cause__ is None
