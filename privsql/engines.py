@@ -42,6 +42,10 @@ class Engine(Protocol):
         """The DuckDB type names of a statement's outputs, by binding it (no rows read)."""
         ...
 
+    def tables(self) -> list[exp.Table]:
+        """Every table and view a query may name, fully qualified."""
+        ...
+
     def check(self, analysis: Analysis) -> None:
         """Refuse, before any data is read, what this engine cannot compute exactly."""
         ...
@@ -96,6 +100,19 @@ class DuckDBEngine:
             ]
         except duckdb.Error:
             raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def tables(self) -> list[exp.Table]:
+        rows = self._con.execute(
+            "SELECT database_name, schema_name, table_name FROM duckdb_tables() "
+            "UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views() "
+            "WHERE NOT internal"
+        ).fetchall()
+        found = []
+        for database, schema, name in rows:
+            found.append(exp.table_(name, db=schema, catalog=database))
+            if database == "temp":  # a temporary table is named without its catalogue
+                found.append(exp.table_(name))
+        return found
 
     def types(self, statement: str) -> list[str]:
         try:
@@ -158,6 +175,16 @@ class SparkEngine:
             return list(self._sql(f"SELECT * FROM {source}").columns)
         except PySparkException:
             raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def tables(self) -> list[exp.Table]:
+        found = []
+        for table in self._spark.catalog.listTables():
+            namespace = list(table.namespace or [])
+            if table.isTemporary or namespace in ([], ["default"]):
+                found.append(exp.table_(table.name))
+            else:
+                found.append(exp.table_(table.name, db=".".join(namespace)))
+        return found
 
     def types(self, statement: str) -> list[str]:
         from pyspark.errors import PySparkException

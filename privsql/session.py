@@ -38,7 +38,7 @@ from privsql.ledger import (
 )
 from privsql.result import Result
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
-from rewriter.catalog import FILE, Bounds, Catalog, Protection
+from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
 from rewriter.dialect import to_sql, written
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import fingerprint_sql
@@ -436,6 +436,7 @@ class Session:
             evaluate=self._evaluate,
             forbidden=self._ledger.files | _files_of(self._con),
             declared_files_only=self._declared_files_only,
+            tables=frozenset(identity(t, self._database) for t in self._engine.tables()),
         )
 
     def _evaluate(self, statement: str) -> list[tuple]:

@@ -78,6 +78,9 @@ class Catalog:
     evaluate: Callable[[str], list[tuple]] = lambda _: []
     forbidden: frozenset[str] = frozenset()
     declared_files_only: bool = False
+    tables: frozenset[str] | None = None
+    """The identities of every table and view, where known: a name that is none of them is
+    refused rather than left to the engine (DuckDB would read a file by that name)."""
 
     def identity(self, source: exp.Table) -> str:
         return identity(source, self.database)

@@ -21,6 +21,8 @@ DuckDB's are the same tree: the analyser checks this tree and generation compile
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -40,6 +42,10 @@ FILE_READERS = frozenset({"read_parquet", "parquet_scan"})
 """Table functions that may be read, as private sources. Parquet only: a Parquet file's
 schema is in its footer, while a CSV or JSON file's columns and types are sniffed from its
 rows — its schema is data, and errors binding a query over it would quote those rows."""
+
+URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+"""A path with a scheme (``file://``, ``s3://``, ``https:``): one file could be named in
+many ways, so only plain local paths are read and identified."""
 
 PARAMETERS = (exp.Placeholder, exp.Parameter, exp.SessionParameter)
 """``$name``, ``?``, ``$1`` and ``@@setting``: values from outside the query's text."""
@@ -169,6 +175,8 @@ def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[s
             (CTE_PREFIX, SOURCE_PREFIX)
         ):
             raise StatementNotAllowed(f"names starting with {CTE_PREFIX} are privsql's own")
+        if not isinstance(table.this, exp.Func) and catalog.tables is not None:
+            table = _existing(table, catalog)
         if table.args.get("alias") is not None and table.args["alias"].columns:
             raise UnsupportedQuery(
                 f"column lists in the alias of source {table.alias_or_name} are not supported"
@@ -187,6 +195,27 @@ def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[s
     return stands
 
 
+def _existing(table: exp.Table, catalog: Catalog) -> exp.Table:
+    """A named source that exists, or a quoted Parquet path read as ``read_parquet``.
+
+    DuckDB reads ``FROM 'f.parquet'`` (and any name it cannot find that looks like a file)
+    by a replacement scan: here such a name becomes an explicit reader, which the owner's
+    declarations of files then govern, and any other unknown name is refused.
+    """
+    if catalog.identity(table) in catalog.tables:
+        return table
+    path = table.name
+    if not table.db and table.this.quoted and path.lower().endswith(".parquet"):
+        stem = os.path.basename(path).split(".")[0] or "parquet"
+        reader = exp.Table(
+            this=exp.ReadParquet(expressions=[exp.Literal.string(path)]),
+            alias=table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(stem)),
+        )
+        table.replace(reader)
+        return reader
+    raise UnknownName(f"table {table.sql(dialect='duckdb')} does not exist")
+
+
 def check_source(table: exp.Table) -> None:
     """Refuse, before its schema is read, a source whose schema could be data."""
     if not isinstance(table.this, exp.Func):
@@ -199,6 +228,8 @@ def check_source(table: exp.Table) -> None:
     paths = reader_paths(table.this)
     if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
         raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
+    if any(URI.match(p.name) for p in paths):
+        raise StatementNotAllowed(f"{name} reads local paths only, not URLs")
 
 
 def _function_name(node: exp.Func) -> str:

@@ -130,7 +130,7 @@ def test_spark_release_stage_withholds_duckdb_messages():
     planted = "PLANTED_spark_4417"
 
     class Frame:
-        def toArrow(self):  # noqa: N802 - Spark's name
+        def toArrow(self):
             import pyarrow as pa
 
             return pa.table({"v": [planted]})

@@ -80,16 +80,24 @@ def test_a_cte_reference_resolves_by_scope(db: privsql.Session) -> None:
 def test_a_file_path_is_the_same_source_however_spelt(db: privsql.Session, tmp_path: Path) -> None:
     path = tmp_path / "ratings.parquet"
     db.protect(f"read_parquet('{path}')", privacy_unit="user_id")
-    for spelling in (str(path), f"{tmp_path}/./ratings.parquet", f"{tmp_path}/*.parquet"):
+    spellings = [str(path), f"{tmp_path}/./ratings.parquet", f"{tmp_path}/*.parquet"]
+    readers = [f"read_parquet('{p}')" for p in spellings] + [f"'{path}'", f'"{path}"']
+    for reader in readers:
         error = refused(
-            db, f"SELECT COUNT(*) FROM read_parquet('{spelling}') PRIVACY_UNIT row_id BOUND ROWS 1"
+            db, f"SELECT COUNT(*) FROM {reader} PRIVACY_UNIT row_id BOUND ROWS 1"
         )
         assert error.rule == "privacy-unit"
-        r = db.sql(
-            f"SELECT COUNT(*) FROM read_parquet('{spelling}') PRIVACY_UNIT user_id "
-            "BOUND ROWS 1 EPSILON 1000"
-        )
+        r = db.sql(f"SELECT COUNT(*) FROM {reader} PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1000")
         assert r.fetchall()[0][0] < 30  # 21 users, one row each: the heavy user counts once
+    for uri in (f"file://{path}", f"file://localhost{path}", f"FILE://{path}"):
+        assert refused(
+            db, f"SELECT COUNT(*) FROM read_parquet('{uri}') PRIVACY_UNIT row_id BOUND ROWS 1"
+        ).rule == "select-only"
+
+
+@pytest.mark.parametrize("name", ["nosuch", "'nosuch.parquet'", "'x.csv'", '"ratings.csv"'])
+def test_a_name_that_is_no_table_is_refused_not_scanned(db: privsql.Session, name: str) -> None:
+    refused(db, f"SELECT COUNT(*) FROM {name} PRIVACY_UNIT user_id")
 
 
 # 2. Files whose schema is data ---------------------------------------------------------
@@ -273,3 +281,32 @@ def test_a_restricted_session_reads_only_declared_files(tmp_path: Path) -> None:
     ).epsilon == 1.0
     for path in (tmp_path / "other.parquet", f"{tmp_path}/*.parquet"):
         refused(db, f"SELECT COUNT(*) FROM read_parquet('{path}') PRIVACY_UNIT u BOUND ROWS 1")
+
+
+# 4. Errors that escape TRY, and memory that depends on one unit -------------------------
+
+TRY_ESCAPES = [
+    "list_reduce(CASE WHEN user_id = 999 THEN []::INT[] ELSE [1] END, (a, b) -> a + b) > 0",
+    "like_escape(note, 'a', CASE WHEN user_id = 999 THEN 'ab' ELSE '\\' END)",
+    "note LIKE 'a%' ESCAPE 'ab'",
+    "lpad(note, CASE WHEN user_id = 999 THEN 2000000000 ELSE 1 END, 'x') = ''",
+    "lpad(note, 2000000000, 'x') = ''",
+    "len(range(0, CASE WHEN user_id = 999 THEN 1000000000 ELSE 1 END)) > 0",
+    "levenshtein(note, repeat('a', CASE WHEN user_id = 999 THEN 100000000 ELSE 1 END)) > 0",
+    "list_resize([1], CASE WHEN user_id = 999 THEN 10000000000 ELSE 1 END) IS NULL",
+    "printf('%*d', row_id, 1) = ''",
+    "note IN (SELECT title FROM movies)",
+    "TRY(CAST(note AS INT)) > 0 AND error('x') IS NULL",
+    "json_extract(note, '$.a') IS NOT NULL",
+]
+
+
+@pytest.mark.parametrize("condition", TRY_ESCAPES)
+def test_functions_outside_the_allow_list_are_refused_from_the_sql(
+    db: privsql.Session, condition: str
+) -> None:
+    for place in (
+        f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 1",
+        f"SELECT COUNT(*) FROM (SELECT * FROM ratings WHERE {condition}) PRIVACY_UNIT user_id",
+    ):
+        assert refused(db, place).rule in ("unsupported", "select-only")
