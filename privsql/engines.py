@@ -31,6 +31,12 @@ WITHHELD = (
 )
 
 
+UNBOUND = (
+    "the engine could not bind the rewritten query ({}): a type that does not fit its "
+    "use? Its message is withheld: no engine message from a private statement is shown"
+)
+
+
 class Engine(Protocol):
     """What a session needs from the system holding the data."""
 
@@ -128,13 +134,13 @@ class DuckDBEngine:
         self._con.execute("BEGIN TRANSACTION")
         try:
             return work()
-        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
-            raise  # decided from the SQL and the schema alone: safe to show
+        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
+            outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
         except duckdb.Error as error:
-            failure = type(error).__name__
+            outcome = PrivacyError(WITHHELD.format(type(error).__name__))
         finally:
             self._con.execute("ROLLBACK")
-        raise PrivacyError(WITHHELD.format(failure))  # outside the handler: no context kept
+        raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:
         return self._con.execute(statement, _parameters(statement, secret)).fetchall()[0]
