@@ -310,12 +310,11 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
 @dataclass(frozen=True)
 class BoundsSearch:
     """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN), in the spirit
-    of ApproxBounds: for each aggregate, the magnitudes that about ``rank`` units exceed
-    above and below, each side with an equal part of ``epsilon``."""
+    of ApproxBounds: for each aggregate, the top of the bulk of the units' extremes above
+    and below 0 (``udfs.magnitude_bounds``), with an equal part of ``epsilon``."""
 
     aggregates: tuple[Aggregate, ...]
     epsilon: float
-    rank: int
 
 
 def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
@@ -323,9 +322,7 @@ def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
     if not analysis.unbounded:
         return None
     total = analysis.options.epsilon or epsilon
-    share = total * (1 - BOUNDS_SHARE) / max(1, len(analysis.aggregates))
-    rank = math.ceil(_public_groups(analysis) / share)
-    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE, rank)
+    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE)
 
 
 def _public_groups(analysis: Analysis) -> int:

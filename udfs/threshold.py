@@ -1,10 +1,12 @@
-"""Private choice of a contribution threshold, for BOUND ROWS/WEIGHTS/CLIP AUTO.
+"""Private choice of a contribution threshold (BOUND ROWS/WEIGHTS/CLIP AUTO) and of
+missing bounds (BOUND AUTO without CLAMPED BETWEEN).
 
-Both rules read one small summary computed in the engine: the number of units and, for
-each candidate threshold ``c``, how many units keep a cell (their rows in one group) of
-more than ``c`` rows. Adding or removing a unit moves every one of these counts by at
-most one, and the histogram of largest cell sizes they define by one in L1: that is the
-sensitivity both rules use.
+The threshold rules read one small summary computed in the engine: the number of units
+and, for each candidate threshold ``c``, how many units keep a cell (their rows in one
+group) of more than ``c`` rows. The bounds rule reads, per candidate magnitude, how many
+units have a value above it (below its negative). Adding or removing a unit moves every
+one of these counts by at most one, and the histogram of largest cell sizes (extremes)
+they define by one in L1: those are the sensitivities the rules use.
 """
 
 from __future__ import annotations
@@ -17,9 +19,20 @@ from udfs.laplace import laplace_release
 from udfs.random import RandomSource
 from udfs.selection import permute_and_flip
 
+PRIOR_SPAN = 16
+"""Grid steps (1.5^16 ≈ 650 rows) over which the rank rule's prior may spend at most half
+the evidence the data give against the smallest candidate."""
+
+UNITS_SHARE = Fraction(1, 10)
+"""The part of the rank rule's ε spent on the noisy unit count that sets its prior."""
+
+BOUNDS_FAILURE = 1e-3
+"""Chance that noise alone lets an empty magnitude bin pass the bounds rule's threshold."""
+
 
 def rank_threshold(
     candidates: Sequence[int],
+    units: int,
     exceedances: Sequence[int],
     rank: int,
     epsilon: float,
@@ -27,20 +40,83 @@ def rank_threshold(
 ) -> int:
     """The candidate above which about ``rank`` cells lie (AKMV19 sec. 3, eq. 5-6).
 
-    For a sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
-    contribution; RT24 takes the ⌈2/ε⌉-th for its T. Score of the i-th candidate ``c``:
-    −|#{units with a cell of more than c rows} − rank| − 2i/ε. The first term has
-    sensitivity 1; the second is a data-independent prior that multiplies a candidate's
-    acceptance by e^(−1) per step up the geometric grid, so the many large candidates
-    that no unit exceeds (score −rank, nearly as good as the best when rank is small)
-    are not chosen in bulk.
+    For a count or sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
+    contribution: raising the cap by one removes one row of bias per unit above it and
+    adds 1/ε of noise. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n) with
+    ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the i-th
+    scoring −|E_i − r| − i·2γ/ε_s, where E_i is the number of units with a cell of more
+    than ``candidates[i]`` rows and r = min(rank, ⌊n̂/2⌋) (at least 1): the target rank is
+    AKMV19's, but never beyond the median unit.
 
-    Privacy map: ε-DP (permute-and-flip over scores of sensitivity 1; a data-independent
-    term changes no sensitivity).
+    The second term is a data-independent prior that multiplies acceptance by e^−γ per
+    step up the grid. Some prior is needed: no unit exceeds the many large candidates, so
+    their first term is −r, nearly the best, and a cap c costs noise ∝ c, which grows
+    1.5× per step; with γ > ln 1.5 their expected cost stays bounded. The former rule
+    fixed γ = 1, which at small ε·n outweighed the data and chose the smallest candidate
+    (one row per unit). Here γ = ε_s·(n̂ − r)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the
+    prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r)/2, the evidence the
+    data give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too
+    small for any rule to find the cap; then the prior only keeps the expected noise
+    finite).
+
+    Privacy map: ε-DP. n̂ is the discrete Laplace mechanism on a count of sensitivity 1
+    (ε_n-DP); given n̂, r and γ are public and the scores have sensitivity 1 (E_i moves by
+    at most one when a unit is added or removed), so permute-and-flip is ε_s-DP;
+    sequential composition gives ε_n + ε_s = ε.
     """
-    step = 2 / Fraction(epsilon)
-    scores = [-abs(over - rank) - i * step for i, over in enumerate(exceedances)]
-    return candidates[permute_and_flip(scores, epsilon, 1, rng)]
+    total = Fraction(epsilon)
+    count_epsilon = total * UNITS_SHARE
+    select_epsilon = total - count_epsilon
+    [noisy_units] = laplace_release([units], 1, count_epsilon, rng)
+    target = max(1, min(rank, noisy_units // 2))
+    evidence = select_epsilon * (noisy_units - target) / (4 * PRIOR_SPAN)
+    decay = min(Fraction(1), max(Fraction(1, 2), evidence))
+    step = 2 * decay / select_epsilon
+    scores = [-abs(over - target) - i * step for i, over in enumerate(exceedances)]
+    return candidates[permute_and_flip(scores, select_epsilon, 1, rng)]
+
+
+def magnitude_bounds(
+    magnitudes: Sequence[float],
+    above: Sequence[int],
+    below: Sequence[int],
+    epsilon: float,
+    rng: RandomSource,
+) -> tuple[float, float]:
+    """Bounds (−lo, hi) on one argument: the top of the bulk of units' extremes, per side.
+
+    In the spirit of ApproxBounds (the Google and OpenDP libraries): for each side, a
+    histogram of the units' largest value above 0 (resp. most negative value below 0) over
+    the bins (m_{j−1}, m_j] of ``magnitudes`` (whose first entry is 0; the last bin is open
+    above and stands for the last magnitude) is released with discrete Laplace noise at
+    ε/2. The side's magnitude is the upper edge of the highest bin whose noisy count
+    exceeds T = ln(2·bins/β)/(ε/2), β = BOUNDS_FAILURE: an empty bin passes with
+    probability at most β over both sides, so a bound is never set far above the data by
+    noise alone, and no data-independent prior can pull it to zero. If neither side has a
+    bin that passes (ε·n too small to tell), the bin with the largest noisy count on
+    either side sets that side's magnitude, the other side staying at 0. Every candidate
+    is above 0, so the bounds are never [0, 0]. ``above[j]`` (``below[j]``) is how many
+    units have a value above ``magnitudes[j]`` (below −``magnitudes[j]``).
+
+    Privacy map: ε-DP. A unit's largest value lies in at most one bin, so each side's
+    histogram has L1 sensitivity 1 and its release is (ε/2)-DP; the two compose to ε and
+    the choice of bins is post-processing.
+    """
+    side_epsilon = Fraction(epsilon) / 2
+    bins = len(magnitudes) - 1
+    threshold = math.log(2 * bins / BOUNDS_FAILURE) / side_epsilon
+    sides = []
+    for exceedances in (below, above):
+        histogram = [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
+        sides.append(laplace_release(histogram, 1, side_epsilon, rng))
+    found = [
+        max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
+    ]
+    if not any(found):
+        side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
+        found[side] = j + 1
+    low, high = (magnitudes[j] for j in found)
+    return 0.0 - low, high
 
 
 def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
