@@ -288,10 +288,11 @@ def test_partition_selection(keys, weaken, full):
 @pytest.fixture(scope="module")
 def cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     """D for the rank rule: largest cells of 17 rows (100 units), 20 rows (1) and 30 rows
-    (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score 2 apart
-    (one for the rank, one for the prior at ε_auto ≈ 2) and every other candidate far
-    below; a unit of 10⁴ rows raises both counts by one and makes them tie: the exact
-    worst case of permute-and-flip, a likelihood ratio of e^ε_auto."""
+    (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score
+    1 + 2γ/ε_s ≥ 2 apart (one for the rank, one prior step: γ = 1 at this ε·n, ε_s the
+    selection's 9/10 of ε_auto ≈ 2) and every other candidate far below; a unit of 10⁴
+    rows raises both counts by one and moves the gap by 2, so 26's chance, e^(−ε_s·gap/2)/2,
+    grows by exactly e^ε_s: the worst case of permute-and-flip."""
     yield from database(
         "CREATE TABLE visits AS SELECT u AS uid, 0 AS g, 1.0::DOUBLE AS v FROM range(110) "
         "AS a(u), range(30) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 WHEN u = 100 THEN 20 "
@@ -319,7 +320,7 @@ def test_rank_rule_threshold_search(cells, weaken):
         return [db._thresholds(query_plan, summary)["rank"] for _ in range(n)]
 
     with noise(weaken):
-        check(audit(sample, search.epsilon, samples=3_000, selection_samples=500), weaken)
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
 
 
 @pytest.mark.slow
