@@ -419,7 +419,8 @@ class Session:
         """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
         search = query_plan.search
         assert search is not None
-        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
+        width = len(CANDIDATES)
+        units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
         caps = {}
         for rule in search.rules:
@@ -429,10 +430,17 @@ class Session:
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
+            means = [
+                ([int(v) for v in summary[start : start + width + 1]], total.bound)
+                for start, (total, _) in zip(
+                    range(width + 1, len(summary), width + 1), query_plan.mean_sums, strict=True
+                )
+            ]
             caps[rule] = udfs.variance_threshold(
                 CANDIDATES,
                 units,
                 exceedances,
+                means,
                 search.half_range,
                 centred,
                 epsilon,

@@ -212,6 +212,13 @@ class Plan:
         )
 
     @property
+    def mean_sums(self) -> tuple[tuple[Measurement, Measurement], ...]:
+        """Each AVG under EMMMR20's rule (WEIGHTS AUTO): its centred sum and its count,
+        whose per-unit means the threshold summary totals for v(h)'s bias term."""
+        chosen = [m for m in self.measurements if m.rule == "variance"]
+        return tuple(zip(chosen[::2], chosen[1::2], strict=True))
+
+    @property
     def groups_may_exceed_cap(self) -> bool:
         """Whether a unit can touch more groups than MAX_GROUPS (else no group is dropped).
 

@@ -26,6 +26,9 @@ the evidence the data give against the smallest candidate."""
 UNITS_SHARE = Fraction(1, 10)
 """The part of the rank rule's ε spent on the noisy unit count that sets its prior."""
 
+GAP = 5
+"""v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
+
 BOUNDS_FAILURE = 1e-3
 """Chance that noise alone lets an empty magnitude bin pass the bounds rule's threshold."""
 
@@ -129,41 +132,80 @@ def variance_threshold(
     candidates: Sequence[int],
     units: int,
     exceedances: Sequence[int],
+    means: Sequence[tuple[Sequence[int], int]],
     half_range: float,
     measure_epsilon: float,
     epsilon: float,
     rng: RandomSource,
     noise_factor: int = 1,
 ) -> int:
-    """The weight threshold h minimising EMMMR20's v(h) (Claim 1) on a noisy histogram.
+    """The weight threshold h minimising an estimate of the weighted average's mean squared
+    error, bias² + EMMMR20's v(h) (Claim 1), from noisy histograms.
 
     v(h) = (σ² Σ_q min(h, s_q)²/s_q + 2 (h·B/ε)²) / (Σ_q min(h, s_q))² is the variance of
     the weighted average with per-unit weight min(h, s_q): sampling spread plus Laplace
-    noise of scale h·B/ε on the weighted sum. The sizes s_q are private, so v is
-    evaluated on a Laplace-noised histogram of the units' largest cell sizes (each bucket
-    at its upper end, counts below the noise's reach taken as 0); σ² is taken as B²/3, the
-    variance of a uniform value on [−B, B]. ``noise_factor`` = G·m² carries the query's
-    shape over to one group's mean: G released groups share the units, and one unit's
-    weight reaches m of them, so each group's noise is m·h·B/ε on a count of about n_h/G.
+    noise of scale h·B/ε on the weighted sum. It falls as h falls, but the weighted mean
+    then drifts from the mean of all rows when heavy units' values differ from light
+    ones' (EMMMR20 sec. 4: weighting trades bias for variance), so the bias enters too:
+    bias(h) = Σ_q min(h, s_q)·m_q / Σ_q min(h, s_q) − Σ_q s_q·m_q / Σ_q s_q, m_q a unit's
+    mean value. The sizes and means are private: v and the bias are evaluated on a
+    Laplace-noised histogram of the units' largest cell sizes (each bucket at its upper
+    end, counts below the noise's reach taken as 0, with their sums) and, for each AVG, a
+    Laplace-noised histogram of the sums of its units' mean centred values over the same
+    buckets. σ² is taken as B²/3, the variance of a uniform value on [−B, B].
+    ``noise_factor`` = G·m² carries the query's shape over to one group's mean: G released
+    groups share the units, and one unit's weight reaches m of them, so each group's noise
+    is m·h·B/ε on a count of about n_h/G. ``means`` holds, per AVG, the total of its units'
+    means then the totals over units with a cell above each candidate, and the bound on a
+    unit's mean (grid units); the AVGs' biases are added in units of the widest range.
 
-    Privacy map: ε-DP (Laplace on a histogram of L1 sensitivity 1); the minimisation is
-    post-processing.
+    The noisy bias is unbiased, so its square overestimates bias² by the noise's variance:
+    the rule errs towards larger h, i.e. towards the unweighted mean.
+
+    Privacy map: ε-DP. The size histogram has L1 sensitivity 1 and gets ε/2 (all of ε
+    when there is no mean); each AVG's histogram of mean sums has L1 sensitivity its bound
+    (a unit's mean is in one bucket) and gets an equal part of the other ε/2; the
+    minimisation is post-processing.
     """
-    counts = laplace_release(size_histogram(units, exceedances), 1, epsilon, rng)
+    total = Fraction(epsilon)
+    size_epsilon = total / 2 if means else total
+    counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
     sizes = [*candidates, candidates[-1] * 2]
     # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
     # count is taken as empty, so noise in the many empty buckets of large sizes does not
-    # invent heavy units.
-    floor = math.log(len(sizes) / 0.05) / epsilon
-    buckets = [(s, n if n > floor else 0) for s, n in zip(sizes, counts, strict=True)]
+    # invent heavy units; and a bucket that passes above GAP empty ones is taken as such
+    # noise too (one phantom unit of a huge size would outweigh all real rows).
+    floor = math.log(len(sizes) / 0.05) / size_epsilon
+    kept, last = [], 0
+    for j, n in enumerate(counts):
+        if n > floor and (j - last <= GAP or not any(kept)):
+            last = j
+        kept.append(n > floor and last == j)
+    buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
     spread = half_range**2 / 3
+    sums = []
+    value_epsilon = (total - size_epsilon) / max(1, len(means))
+    for above, bound in means:
+        noisy = laplace_release(size_histogram(above[0], above[1:]), bound, value_epsilon, rng)
+        sums.append(([m if k else 0 for m, k in zip(noisy, kept, strict=True)], bound))
 
-    def variance(h: int) -> float:
-        kept = sum(n * min(h, s) for s, n in buckets)
-        if kept <= 0:
+    def bias_bound(h: int, mean_sums: Sequence[int], bound: int) -> float:
+        """|bias(h)| + 2 sd, relative to the mean's bound: the bias estimate is a linear
+        combination Σ a_q·M_q of the noisy mean sums, each with variance 2(bound/ε_v)²."""
+        weight = sum(n * min(h, s) for s, n in buckets)
+        whole = sum(n * s for s, n in buckets)
+        shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]
+        bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / bound
+        spread = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
+        return abs(bias) + 2 * spread
+
+    def error(h: int) -> float:
+        kept_weight = sum(n * min(h, s) for s, n in buckets)
+        if kept_weight <= 0:
             return float("inf")
         sampling = sum(n * min(h, s) ** 2 / s for s, n in buckets)
         noise = 2 * noise_factor * (h * half_range / measure_epsilon) ** 2
-        return (spread * sampling + noise) / kept**2
+        bias = sum((half_range * bias_bound(h, m, bound)) ** 2 for m, bound in sums)
+        return (spread * sampling + noise) / kept_weight**2 + bias
 
-    return min(candidates, key=variance)
+    return min(candidates, key=error)

@@ -81,7 +81,7 @@ def rank_rule(stats, draws: int, share_now: float, seed: int) -> pd.DataFrame:
                 rank = math.ceil(1 / release)
                 if label == "privsql now":
                     chosen = [
-                        rank_threshold(CANDIDATES, exceedances, rank, search, rng)
+                        rank_threshold(CANDIDATES, len(sizes), exceedances, rank, search, rng)
                         for _ in range(draws)
                     ]
                 else:
@@ -115,12 +115,12 @@ def variance_rule(draws: int, share_now: float, seed: int) -> pd.DataFrame:
         centred = eps * (1 - share_now) / 2  # AVG: half of the statistic's share
         chosen = [
             variance_threshold(
-                CANDIDATES, len(sizes), exceedances, half_range, centred, search, rng
+                CANDIDATES, len(sizes), exceedances, [], half_range, centred, search, rng
             )
             for _ in range(draws)
         ]
         exact = variance_threshold(
-            CANDIDATES, len(sizes), exceedances, half_range, centred, 1e12, rng
+            CANDIDATES, len(sizes), exceedances, [], half_range, centred, 1e12, rng
         )
         rows.append(
             {
