@@ -112,8 +112,9 @@ class Measurement:
     interval_epsilon: float = 0.0
     """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
-    """Which AUTO threshold bounds it: AVG's sum and count share EMMMR20's v(h) minimiser
-    under WEIGHTS AUTO; everything else AKMV19's rank rule."""
+    """Which AUTO threshold bounds it: under WEIGHTS AUTO, AVG's sum and count share
+    EMMMR20's v(h) minimiser (``variance``) and quantiles the rank rule aimed at the
+    median unit (``median``); everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -179,8 +180,9 @@ class ThresholdSearch:
 
     Each of ``rules`` gets an equal part of ``epsilon``: ``rank`` — about ``rank`` units
     above the cap, by the exponential mechanism (AKMV19 sec. 3 for ROWS; RT24's T for
-    CLIP) — and ``variance`` — the minimiser of EMMMR20's v(h) on a noisy histogram of
-    largest cell sizes (the AVGs under WEIGHTS AUTO).
+    CLIP) —, ``median`` — the same rule aimed at the median unit (quantiles under WEIGHTS
+    AUTO) — and ``variance`` — the minimiser of bias² plus EMMMR20's v(h) on noisy
+    histograms of largest cell sizes and mean values (the AVGs under WEIGHTS AUTO).
     """
 
     rules: tuple[str, ...]
@@ -387,8 +389,11 @@ class _Builder:
         if kind == AggregateKind.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
+            # Under WEIGHTS AUTO a quantile gets its own cap, at the median unit's cell size:
+            # capping shifts a quantile little, while its noise grows with the cap.
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
-            m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point)
+            rule = "median" if self.mean_rule == "variance" else "rank"
+            m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point, rule=rule)
             self.measurements[-1] = m
             value = exp.StructExtract(
                 this=exp.column(m.name), expression=exp.Literal.string("value")

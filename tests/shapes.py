@@ -24,9 +24,7 @@ def _uniform(key: str, salt: int) -> str:
 
 def _normal(key: str, salt: int) -> str:
     """A standard normal number (Box–Muller on two keyed uniforms)."""
-    return (
-        f"(sqrt(-2 * ln({_uniform(key, salt)})) * cos(2 * pi() * {_uniform(key, salt + 1)}))"
-    )
+    return f"(sqrt(-2 * ln({_uniform(key, salt)})) * cos(2 * pi() * {_uniform(key, salt + 1)}))"
 
 
 def ratings(con: duckdb.DuckDBPyConnection, name: str = "ratings") -> None:
