@@ -129,6 +129,34 @@ def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
     return [a - b for a, b in zip(upper, [*exceedances, 0], strict=True)]
 
 
+def noisy_histograms(
+    units: int,
+    exceedances: Sequence[int],
+    means: Sequence[tuple[Sequence[int], int]],
+    epsilon: float,
+    rng: RandomSource,
+) -> tuple[list[int], list[list[int]]]:
+    """The private part of :func:`variance_threshold`: the units per largest-cell size
+    bucket and, for each AVG, the sums of its units' mean centred values per bucket, with
+    discrete Laplace noise.
+
+    Privacy map: ε-DP. The size histogram has L1 sensitivity 1 (a unit is in one bucket)
+    and gets ε/2, or all of ε when ``means`` is empty; each AVG's histogram of mean sums
+    has L1 sensitivity its bound (a unit's mean, in one bucket, is at most the bound in
+    magnitude) and gets an equal part of the other ε/2. Sequential composition.
+    """
+    total = Fraction(epsilon)
+    size_epsilon = total / 2 if means else total
+    counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
+    sums = [
+        laplace_release(
+            size_histogram(above[0], above[1:]), bound, (total - size_epsilon) / len(means), rng
+        )
+        for above, bound in means
+    ]
+    return counts, sums
+
+
 def variance_threshold(
     candidates: Sequence[int],
     units: int,
@@ -160,17 +188,17 @@ def variance_threshold(
     means then the totals over units with a cell above each candidate, and the bound on a
     unit's mean (grid units); the AVGs' biases are added in units of the widest range.
 
-    The noisy bias is unbiased, so its square overestimates bias² by the noise's variance:
-    the rule errs towards larger h, i.e. towards the unweighted mean.
+    The bias enters as an upper confidence bound, |bias estimate| + 2 sd (the estimate is
+    linear in the noisy mean sums, whose noise scales are public): where the data cannot
+    show the bias, the rule errs towards larger h, i.e. towards the unweighted mean.
+    Empty-looking buckets are dropped as in v(h) alone (see the comments).
 
-    Privacy map: ε-DP. The size histogram has L1 sensitivity 1 and gets ε/2 (all of ε
-    when there is no mean); each AVG's histogram of mean sums has L1 sensitivity its bound
-    (a unit's mean is in one bucket) and gets an equal part of the other ε/2; the
-    minimisation is post-processing.
+    Privacy map: ε-DP: :func:`noisy_histograms` is ε-DP and everything after it is
+    post-processing of its output and public parameters.
     """
-    total = Fraction(epsilon)
-    size_epsilon = total / 2 if means else total
-    counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
+    counts, noisy_sums = noisy_histograms(units, exceedances, means, epsilon, rng)
+    size_epsilon = Fraction(epsilon) / 2 if means else Fraction(epsilon)
+    value_epsilon = size_epsilon / max(1, len(means))  # each AVG's part of the other half
     sizes = [*candidates, candidates[-1] * 2]
     # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
     # count is taken as empty, so noise in the many empty buckets of large sizes does not
@@ -184,11 +212,10 @@ def variance_threshold(
         kept.append(n > floor and last == j)
     buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
     spread = half_range**2 / 3
-    sums = []
-    value_epsilon = (total - size_epsilon) / max(1, len(means))
-    for above, bound in means:
-        noisy = laplace_release(size_histogram(above[0], above[1:]), bound, value_epsilon, rng)
-        sums.append(([m if k else 0 for m, k in zip(noisy, kept, strict=True)], bound))
+    sums = [
+        ([m if k else 0 for m, k in zip(noisy, kept, strict=True)], bound)
+        for noisy, (_, bound) in zip(noisy_sums, means, strict=True)
+    ]
 
     def bias_bound(h: int, mean_sums: Sequence[int], bound: int) -> float:
         """|bias(h)| + 2 sd, relative to the mean's bound: the bias estimate is a linear
@@ -197,8 +224,8 @@ def variance_threshold(
         whole = sum(n * s for s, n in buckets)
         shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]
         bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / bound
-        spread = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
-        return abs(bias) + 2 * spread
+        deviation = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
+        return abs(bias) + 2 * deviation
 
     def error(h: int) -> float:
         kept_weight = sum(n * min(h, s) for s, n in buckets)
