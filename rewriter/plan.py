@@ -286,9 +286,10 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
     cap = None if automatic else int(options.threshold or 0)
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
-    # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets EMMMR20's v(h)
-    # minimiser (the variance of a weighted mean) and counts, sums and quantiles the cap
-    # that balances their bias and noise (AKMV19); sample limiting and clipping share one.
+    # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets the minimiser of
+    # bias² plus EMMMR20's v(h) (the variance of a weighted mean), quantiles the median
+    # unit's cell size, and counts and sums the cap that balances their bias and noise
+    # (AKMV19); sample limiting and clipping share one.
     mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
     builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)

@@ -59,8 +59,8 @@ def exact(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
 def test_estimated_bounds_are_never_degenerate(con, epsilon):
     """Fails on the former rules: the issue's query (AVG and MEDIAN of UA's air_time,
     BOUND AUTO, no CLAMPED BETWEEN) got bounds collapsed to [0, 0] or [0, 2⁻¹⁰] (the
-    answer 0.000977) in most runs at ε ≤ 1 (ε = 10 passes there too). Now a side's bound is a magnitude above 0 and
-    the two sides never both 0."""
+    answer 0.000977) in most runs at ε ≤ 1 (ε = 10 passes there too). Now a side's bound
+    is a magnitude above 0 and the two sides are never both 0."""
     sql = f"SELECT AVG(air_time), MEDIAN(air_time) {UA} EPSILON {{eps}}"
     for _, decided in runs(con, sql, epsilon, 8, seed=101):
         for low, high in decided["bounds"].values():
