@@ -272,11 +272,9 @@ class Session:
             "search": None
             if search is None
             else " and ".join(
-                {
-                    "rank": f"about {search.rank} units above the cap",
-                    "median": "the median unit's cell size for quantiles",
-                    "variance": "EMMMR20's v(h) plus bias² minimiser for AVG",
-                }[rule]
+                f"about {search.rank} units above the cap"
+                if rule == "rank"
+                else "EMMMR20's v(h) minimiser for AVG"
                 for rule in search.rules
             ),
             "search_epsilon": 0.0 if search is None else search.epsilon,
@@ -426,10 +424,9 @@ class Session:
         epsilon = search.epsilon / len(search.rules)
         caps = {}
         for rule in search.rules:
-            if rule != "variance":  # a rank beyond every unit count aims at the median unit
-                rank = search.rank if rule == "rank" else 1 << 62
+            if rule == "rank":
                 caps[rule] = udfs.rank_threshold(
-                    CANDIDATES, units, exceedances, rank, epsilon, self._rng
+                    CANDIDATES, units, exceedances, search.rank, epsilon, self._rng
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")

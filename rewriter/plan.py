@@ -112,9 +112,8 @@ class Measurement:
     interval_epsilon: float = 0.0
     """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
-    """Which AUTO threshold bounds it: under WEIGHTS AUTO, AVG's sum and count share
-    EMMMR20's v(h) minimiser (``variance``) and quantiles the rank rule aimed at the
-    median unit (``median``); everything else AKMV19's rank rule."""
+    """Which AUTO threshold bounds it: AVG's sum and count share the minimiser of bias²
+    plus EMMMR20's v(h) under WEIGHTS AUTO; everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -180,8 +179,7 @@ class ThresholdSearch:
 
     Each of ``rules`` gets an equal part of ``epsilon``: ``rank`` — about ``rank`` units
     above the cap, by the exponential mechanism (AKMV19 sec. 3 for ROWS; RT24's T for
-    CLIP) —, ``median`` — the same rule aimed at the median unit (quantiles under WEIGHTS
-    AUTO) — and ``variance`` — the minimiser of bias² plus EMMMR20's v(h) on noisy
+    CLIP) — and ``variance`` — the minimiser of bias² plus EMMMR20's v(h) on noisy
     histograms of largest cell sizes and mean values (the AVGs under WEIGHTS AUTO).
     """
 
@@ -287,9 +285,9 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
     # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets the minimiser of
-    # bias² plus EMMMR20's v(h) (the variance of a weighted mean), quantiles the median
-    # unit's cell size, and counts and sums the cap that balances their bias and noise
-    # (AKMV19); sample limiting and clipping share one.
+    # bias² plus EMMMR20's v(h) (the error of a weighted mean) and counts, sums and
+    # quantiles the cap that balances their bias and noise (AKMV19); sample limiting and
+    # clipping share one.
     mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
     builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
@@ -390,11 +388,8 @@ class _Builder:
         if kind == AggregateKind.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
-            # Under WEIGHTS AUTO a quantile gets its own cap, at the median unit's cell size:
-            # capping shifts a quantile little, while its noise grows with the cap.
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
-            rule = "median" if self.mean_rule == "variance" else "rank"
-            m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point, rule=rule)
+            m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point)
             self.measurements[-1] = m
             value = exp.StructExtract(
                 this=exp.column(m.name), expression=exp.Literal.string("value")

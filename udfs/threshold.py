@@ -49,8 +49,7 @@ def rank_threshold(
     ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the i-th
     scoring −|E_i − r| − i·2γ/ε_s, where E_i is the number of units with a cell of more
     than ``candidates[i]`` rows and r = min(rank, ⌊n̂/2⌋) (at least 1): the target rank is
-    AKMV19's, but never beyond the median unit (a ``rank`` above any unit count asks for
-    the median unit's cell size, the cap for quantiles: capping shifts a quantile little).
+    AKMV19's, but never beyond the median unit.
 
     The second term is a data-independent prior that multiplies acceptance by e^−γ per
     step up the grid. Some prior is needed: no unit exceeds the many large candidates, so
