@@ -164,9 +164,9 @@ def test_auto_count_with_many_groups_per_unit(con, epsilon):
 
 @pytest.mark.parametrize(("epsilon", "margin"), [(1.0, 2.2), (10.0, 1.5)])
 def test_weighted_avg_is_not_worse_than_sample_limiting(con, epsilon, margin):
-    """Fails on the former rule at ε = 1: MovieLens-like AVG(rating) (heavy raters rate
+    """Fails on the former rule at both ε: MovieLens-like AVG(rating) (heavy raters rate
     lower) under BOUND AUTO (WEIGHTS, v(h) alone) chose h of a few rows, whose bias made
-    its error 4× that of BOUND ROWS AUTO. With bias² in the objective, within ``margin``
+    its error 4× that of BOUND ROWS AUTO at ε = 1. With bias² in the objective, within ``margin``
     (1.5–1.9× at ε = 1 over seeds: heavy raters too few to show in the noisy histogram
     leave some bias unseen; below ROWS AUTO at ε = 10)."""
     truth = exact(con, "SELECT avg(rating) FROM ratings")[0]
