@@ -512,37 +512,50 @@ class Session:
         return query_plan.with_caps(decided["caps"])
 
     def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
-        """Each aggregate's (low, high): the magnitudes about ``rank`` units exceed, below
-        and above, by the exponential mechanism (sensitivity 1: a unit has one extreme)."""
-        epsilon = search.epsilon / (2 * len(search.aggregates))
+        """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
+        per-unit extremes; aggregates of the same argument share one estimate, made with
+        the ε parts they would have spent apart (one unit moves each count by at most 1)."""
         width = len(MAGNITUDES)
-        found = {}
+        shares: dict[str, list[int]] = {}
         for i, aggregate in enumerate(search.aggregates):
+            shares.setdefault(to_sql(aggregate.argument), []).append(i)
+        found = {}
+        for positions in shares.values():
+            i = positions[0]
             above = [int(v) for v in summary[2 * i * width : (2 * i + 1) * width]]
             below = [int(v) for v in summary[(2 * i + 1) * width : (2 * i + 2) * width]]
-            high = udfs.rank_threshold(MAGNITUDES, above, search.rank, epsilon, self._rng)
-            low = udfs.rank_threshold(MAGNITUDES, below, search.rank, epsilon, self._rng)
-            found[to_sql(aggregate.node)] = (-low, high)
+            epsilon = search.epsilon * len(positions) / len(search.aggregates)
+            bounds = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
+            for j in positions:
+                found[to_sql(search.aggregates[j].node)] = bounds
         return found
 
     def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
         """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
         search = query_plan.search
         assert search is not None
-        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
+        width = len(CANDIDATES)
+        units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
         caps = {}
         for rule in search.rules:
             if rule == "rank":
                 caps[rule] = udfs.rank_threshold(
-                    CANDIDATES, exceedances, search.rank, epsilon, self._rng
+                    CANDIDATES, units, exceedances, search.rank, epsilon, self._rng
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
+            means = [
+                ([int(v) for v in summary[start : start + width + 1]], total.bound)
+                for start, (total, _) in zip(
+                    range(width + 1, len(summary), width + 1), query_plan.mean_sums, strict=True
+                )
+            ]
             caps[rule] = udfs.variance_threshold(
                 CANDIDATES,
                 units,
                 exceedances,
+                means,
                 search.half_range,
                 centred,
                 epsilon,

@@ -177,18 +177,36 @@ def generate(plan: Plan, functions: Functions) -> str:
 
 def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
     """One row: the number of units, then how many have a kept cell of more than each
-    candidate number of rows.
+    candidate number of rows; then, for each AVG under EMMMR20's rule
+    (``Plan.mean_sums``), the total of the units' rounded mean centred values, and that
+    total over the units with a kept cell of more than each candidate.
 
     This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
-    Adding or removing a unit moves each count by at most one.
+    Adding or removing a unit moves each count by at most one and each total by at most
+    the largest centred value (the mean's bound).
     """
-    counts = ", ".join(
-        f"count(*) FILTER (WHERE __largest > {c}) AS __over{i}" for i, c in enumerate(candidates)
+    layout = _Layout.of(plan)
+    means = [
+        f"round(sum({layout.sums[layout.valued.index(total)]}) / "
+        f"nullif(sum({layout.sums[layout.valued.index(count)]}), 0))::HUGEINT AS __mean{i}"
+        for i, (total, count) in enumerate(plan.mean_sums)
+    ]
+    largest = (
+        f"SELECT __unit, max(__rows) AS __largest{''.join(', ' + m for m in means)} "
+        "FROM __chosen GROUP BY __unit"
     )
-    largest = "SELECT __unit, max(__rows) AS __largest FROM __chosen GROUP BY __unit"
+    counts = [
+        f"count(*) FILTER (WHERE __largest > {c}) AS __over{i}" for i, c in enumerate(candidates)
+    ]
+    for i in range(len(means)):
+        counts.append(f"coalesce(sum(__mean{i}), 0) AS __total{i}")
+        counts += [
+            f"coalesce(sum(__mean{i}) FILTER (WHERE __largest > {c}), 0) AS __above{i}_{j}"
+            for j, c in enumerate(candidates)
+        ]
     return (
-        f"{_with(_common(plan, _Layout.of(plan)))}\n"
-        f"SELECT count(*) AS __units, {counts} FROM ({largest})"
+        f"{_with(_common(plan, layout))}\n"
+        f"SELECT count(*) AS __units, {', '.join(counts)} FROM ({largest})"
     )
 
 

@@ -112,8 +112,8 @@ class Measurement:
     interval_epsilon: float = 0.0
     """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
-    """Which AUTO threshold bounds it: AVG's sum and count share EMMMR20's v(h) minimiser
-    under WEIGHTS AUTO; everything else AKMV19's rank rule."""
+    """Which AUTO threshold bounds it: AVG's sum and count share the minimiser of bias²
+    plus EMMMR20's v(h) under WEIGHTS AUTO; everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -179,8 +179,8 @@ class ThresholdSearch:
 
     Each of ``rules`` gets an equal part of ``epsilon``: ``rank`` — about ``rank`` units
     above the cap, by the exponential mechanism (AKMV19 sec. 3 for ROWS; RT24's T for
-    CLIP) — and ``variance`` — the minimiser of EMMMR20's v(h) on a noisy histogram of
-    largest cell sizes (the AVGs under WEIGHTS AUTO).
+    CLIP) — and ``variance`` — the minimiser of bias² plus EMMMR20's v(h) on noisy
+    histograms of largest cell sizes and mean values (the AVGs under WEIGHTS AUTO).
     """
 
     rules: tuple[str, ...]
@@ -210,6 +210,13 @@ class Plan:
         return self.bounding.strategy != "WEIGHTS" and any(
             m.value is not None for m in self.measurements
         )
+
+    @property
+    def mean_sums(self) -> tuple[tuple[Measurement, Measurement], ...]:
+        """Each AVG under EMMMR20's rule (WEIGHTS AUTO): its centred sum and its count,
+        whose per-unit means the threshold summary totals for v(h)'s bias term."""
+        chosen = [m for m in self.measurements if m.rule == "variance"]
+        return tuple(zip(chosen[::2], chosen[1::2], strict=True))
 
     @property
     def groups_may_exceed_cap(self) -> bool:
@@ -287,9 +294,10 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
     cap = None if automatic else int(options.threshold or 0)
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
-    # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets EMMMR20's v(h)
-    # minimiser (the variance of a weighted mean) and counts, sums and quantiles the cap
-    # that balances their bias and noise (AKMV19); sample limiting and clipping share one.
+    # Weighting needs no common cap, so under WEIGHTS AUTO each AVG gets the minimiser of
+    # bias² plus EMMMR20's v(h) (the error of a weighted mean) and counts, sums and
+    # quantiles the cap that balances their bias and noise (AKMV19); sample limiting and
+    # clipping share one.
     mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
     builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
@@ -320,12 +328,11 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
 @dataclass(frozen=True)
 class BoundsSearch:
     """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN), in the spirit
-    of ApproxBounds: for each aggregate, the magnitudes that about ``rank`` units exceed
-    above and below, each side with an equal part of ``epsilon``."""
+    of ApproxBounds: for each aggregate, the top of the bulk of the units' extremes above
+    and below 0 (``udfs.magnitude_bounds``), with an equal part of ``epsilon``."""
 
     aggregates: tuple[Aggregate, ...]
     epsilon: float
-    rank: int
 
 
 def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
@@ -333,9 +340,7 @@ def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
     if not analysis.unbounded:
         return None
     total = analysis.options.epsilon or epsilon
-    share = total * (1 - BOUNDS_SHARE) / max(1, len(analysis.aggregates))
-    rank = math.ceil(_public_groups(analysis) / share)
-    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE, rank)
+    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE)
 
 
 def _public_groups(analysis: Analysis) -> int:

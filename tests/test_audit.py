@@ -34,8 +34,8 @@ from exact_release import install
 import privsql
 import udfs
 from rewriter.analyze import analyze
-from rewriter.generate import threshold_sql
-from rewriter.plan import BUCKETS, CANDIDATES, Plan, plan
+from rewriter.generate import bounds_sql, threshold_sql
+from rewriter.plan import BUCKETS, CANDIDATES, MAGNITUDES, Plan, bounds_search, plan
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -288,10 +288,11 @@ def test_partition_selection(keys, weaken, full):
 @pytest.fixture(scope="module")
 def cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     """D for the rank rule: largest cells of 17 rows (100 units), 20 rows (1) and 30 rows
-    (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score 2 apart
-    (one for the rank, one for the prior at ε_auto ≈ 2) and every other candidate far
-    below; a unit of 10⁴ rows raises both counts by one and makes them tie: the exact
-    worst case of permute-and-flip, a likelihood ratio of e^ε_auto."""
+    (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score
+    1 + 2γ/ε_s ≥ 2 apart (one for the rank, one prior step: γ = 1 at this ε·n, ε_s the
+    selection's 9/10 of ε_auto ≈ 2) and every other candidate far below; a unit of 10⁴
+    rows raises both counts by one and moves the gap by 2, so 26's chance, e^(−ε_s·gap/2)/2,
+    grows by exactly e^ε_s: the worst case of permute-and-flip."""
     yield from database(
         "CREATE TABLE visits AS SELECT u AS uid, 0 AS g, 1.0::DOUBLE AS v FROM range(110) "
         "AS a(u), range(30) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 WHEN u = 100 THEN 20 "
@@ -319,7 +320,81 @@ def test_rank_rule_threshold_search(cells, weaken):
         return [db._thresholds(query_plan, summary)["rank"] for _ in range(n)]
 
     with noise(weaken):
-        check(audit(sample, search.epsilon, samples=3_000, selection_samples=500), weaken)
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+@pytest.fixture(scope="module")
+def extremes() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for the bounds rule: 40 units with a value in (1, 2] and 5 units at each of ±10¹²
+    (the bin (2³⁹, 2⁴⁰] of each side). At the audited ε a side's bin passes its threshold
+    T ≈ 5.8 units with probability about 1/8 on D; the neighbouring unit, with one row at
+    each of ±10¹², adds one unit to that bin on both sides, where the discrete Laplace
+    tail is exactly e^(ε/2) heavier per side."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, 0 AS g, CASE WHEN u < 40 THEN 1.5 "
+        "WHEN u < 45 THEN 1e12 ELSE -1e12 END AS v FROM range(50) AS a(u)"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_bounds_search(extremes, weaken):
+    """The private estimate of missing bounds under BOUND AUTO (udfs.magnitude_bounds:
+    per side, a Laplace histogram of the units' extremes and the top bin above a
+    threshold) from the summary the SQL computes on D and D' is ε_bounds-DP."""
+    con, db = extremes
+    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 40"
+    analysis = analyze(sql, db._catalog())
+    search = bounds_search(analysis, epsilon=1.0)
+    arguments = [a.argument for a in search.aggregates]
+    read = lambda: db._engine.row(bounds_sql(analysis, arguments, MAGNITUDES), db._ledger.secret)  # noqa: E731
+    before = read()
+    with neighbours.with_rows(
+        con, "INSERT INTO visits VALUES (999999, 0, 1e12), (999999, 0, -1e12)"
+    ):
+        after = read()
+    summaries = (before, after)
+
+    def sample(neighbour: bool, n: int) -> list[list[float]]:
+        return [list(*db._bounds(search, summaries[neighbour]).values()) for _ in range(n)]
+
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=2_000), weaken)
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_variance_rule_histograms(visits, weaken):
+    """The private part of the WEIGHTS AUTO cap for AVG (udfs.noisy_histograms: a Laplace
+    histogram of largest cell sizes and one of the units' mean values, ε_auto/2 each) on
+    the ordinary neighbours is ε_auto-DP; the minimisation after it is post-processing.
+    The extreme unit lands in one size bucket and adds its mean, the bound, to the same
+    bucket of the mean sums: the audit reads that bucket's count plus its mean sum over the
+    bound, whose two equally scaled noises make the tail ratio exactly e^ε_auto."""
+    con, db = visits
+    sql = f"SELECT AVG({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 20"
+    query_plan = plan(analyze(sql, db._catalog()), epsilon=1.0, delta=1e-6)
+    search = query_plan.search
+    assert search.rules == ("variance",)
+    width = len(CANDIDATES)
+    [(total, _)] = query_plan.mean_sums
+
+    def read(c, p) -> tuple:
+        summary = [int(v) for v in db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret)]
+        return summary[0], summary[1 : width + 1], [(summary[width + 1 :], total.bound)]
+
+    summaries = on_neighbours(con, query_plan, read)
+    bucket = next(i for i, c in enumerate(CANDIDATES) if c >= 10_000)  # 10⁴ rows: (c_{i−1}, c_i]
+
+    def sample(neighbour: bool, n: int) -> list[float]:
+        units, exceedances, means = summaries[neighbour]
+        out = []
+        for _ in range(n):
+            counts, [sums] = udfs.noisy_histograms(units, exceedances, means, search.epsilon, rng)
+            out.append(counts[bucket] + sums[bucket] / total.bound)
+        return out
+
+    rng = udfs.SeededRandom(zlib.crc32(b"variance-rule"), insecure=True)
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=30_000, selection_samples=4_000), weaken)
 
 
 @pytest.mark.slow

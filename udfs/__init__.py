@@ -28,7 +28,12 @@ from udfs.register import (
     unregister,
 )
 from udfs.selection import permute_and_flip
-from udfs.threshold import rank_threshold, variance_threshold
+from udfs.threshold import (
+    magnitude_bounds,
+    noisy_histograms,
+    rank_threshold,
+    variance_threshold,
+)
 
 __all__ = [
     "HUGEINT_MAX",
@@ -44,6 +49,8 @@ __all__ = [
     "keep_partitions",
     "laplace_halfwidth",
     "laplace_release",
+    "magnitude_bounds",
+    "noisy_histograms",
     "partition_threshold",
     "permute_and_flip",
     "private_quantile",

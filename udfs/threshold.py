@@ -1,10 +1,12 @@
-"""Private choice of a contribution threshold, for BOUND ROWS/WEIGHTS/CLIP AUTO.
+"""Private choice of a contribution threshold (BOUND ROWS/WEIGHTS/CLIP AUTO) and of
+missing bounds (BOUND AUTO without CLAMPED BETWEEN).
 
-Both rules read one small summary computed in the engine: the number of units and, for
-each candidate threshold ``c``, how many units keep a cell (their rows in one group) of
-more than ``c`` rows. Adding or removing a unit moves every one of these counts by at
-most one, and the histogram of largest cell sizes they define by one in L1: that is the
-sensitivity both rules use.
+The threshold rules read one small summary computed in the engine: the number of units
+and, for each candidate threshold ``c``, how many units keep a cell (their rows in one
+group) of more than ``c`` rows. The bounds rule reads, per candidate magnitude, how many
+units have a value above it (below its negative). Adding or removing a unit moves every
+one of these counts by at most one, and the histogram of largest cell sizes (extremes)
+they define by one in L1: those are the sensitivities the rules use.
 """
 
 from __future__ import annotations
@@ -17,9 +19,23 @@ from udfs.laplace import laplace_release
 from udfs.random import RandomSource
 from udfs.selection import permute_and_flip
 
+PRIOR_SPAN = 16
+"""Grid steps (1.5^16 ≈ 650 rows) over which the rank rule's prior may spend at most half
+the evidence the data give against the smallest candidate."""
+
+UNITS_SHARE = Fraction(1, 10)
+"""The part of the rank rule's ε spent on the noisy unit count that sets its prior."""
+
+GAP = 5
+"""v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
+
+BOUNDS_FAILURE = 1e-3
+"""Chance that noise alone lets an empty magnitude bin pass the bounds rule's threshold."""
+
 
 def rank_threshold(
     candidates: Sequence[int],
+    units: int,
     exceedances: Sequence[int],
     rank: int,
     epsilon: float,
@@ -27,20 +43,83 @@ def rank_threshold(
 ) -> int:
     """The candidate above which about ``rank`` cells lie (AKMV19 sec. 3, eq. 5-6).
 
-    For a sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
-    contribution; RT24 takes the ⌈2/ε⌉-th for its T. Score of the i-th candidate ``c``:
-    −|#{units with a cell of more than c rows} − rank| − 2i/ε. The first term has
-    sensitivity 1; the second is a data-independent prior that multiplies a candidate's
-    acceptance by e^(−1) per step up the geometric grid, so the many large candidates
-    that no unit exceeds (score −rank, nearly as good as the best when rank is small)
-    are not chosen in bulk.
+    For a count or sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
+    contribution: raising the cap by one removes one row of bias per unit above it and
+    adds 1/ε of noise. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n) with
+    ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the i-th
+    scoring −|E_i − r| − i·2γ/ε_s, where E_i is the number of units with a cell of more
+    than ``candidates[i]`` rows and r = min(rank, ⌊n̂/2⌋) (at least 1): the target rank is
+    AKMV19's, but never beyond the median unit.
 
-    Privacy map: ε-DP (permute-and-flip over scores of sensitivity 1; a data-independent
-    term changes no sensitivity).
+    The second term is a data-independent prior that multiplies acceptance by e^−γ per
+    step up the grid. Some prior is needed: no unit exceeds the many large candidates, so
+    their first term is −r, nearly the best, and a cap c costs noise ∝ c, which grows
+    1.5× per step; with γ > ln 1.5 their expected cost stays bounded. The former rule
+    fixed γ = 1, which at small ε·n outweighed the data and chose the smallest candidate
+    (one row per unit). Here γ = ε_s·(n̂ − r)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the
+    prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r)/2, the evidence the
+    data give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too
+    small for any rule to find the cap; then the prior only keeps the expected noise
+    finite).
+
+    Privacy map: ε-DP. n̂ is the discrete Laplace mechanism on a count of sensitivity 1
+    (ε_n-DP); given n̂, r and γ are public and the scores have sensitivity 1 (E_i moves by
+    at most one when a unit is added or removed), so permute-and-flip is ε_s-DP;
+    sequential composition gives ε_n + ε_s = ε.
     """
-    step = 2 / Fraction(epsilon)
-    scores = [-abs(over - rank) - i * step for i, over in enumerate(exceedances)]
-    return candidates[permute_and_flip(scores, epsilon, 1, rng)]
+    total = Fraction(epsilon)
+    count_epsilon = total * UNITS_SHARE
+    select_epsilon = total - count_epsilon
+    [noisy_units] = laplace_release([units], 1, count_epsilon, rng)
+    target = max(1, min(rank, noisy_units // 2))
+    evidence = select_epsilon * (noisy_units - target) / (4 * PRIOR_SPAN)
+    decay = min(Fraction(1), max(Fraction(1, 2), evidence))
+    step = 2 * decay / select_epsilon
+    scores = [-abs(over - target) - i * step for i, over in enumerate(exceedances)]
+    return candidates[permute_and_flip(scores, select_epsilon, 1, rng)]
+
+
+def magnitude_bounds(
+    magnitudes: Sequence[float],
+    above: Sequence[int],
+    below: Sequence[int],
+    epsilon: float,
+    rng: RandomSource,
+) -> tuple[float, float]:
+    """Bounds (−lo, hi) on one argument: the top of the bulk of units' extremes, per side.
+
+    In the spirit of ApproxBounds (the Google and OpenDP libraries): for each side, a
+    histogram of the units' largest value above 0 (resp. most negative value below 0) over
+    the bins (m_{j−1}, m_j] of ``magnitudes`` (whose first entry is 0; the last bin is open
+    above and stands for the last magnitude) is released with discrete Laplace noise at
+    ε/2. The side's magnitude is the upper edge of the highest bin whose noisy count
+    exceeds T = ln(2·bins/β)/(ε/2), β = BOUNDS_FAILURE: an empty bin passes with
+    probability at most β over both sides, so a bound is never set far above the data by
+    noise alone, and no data-independent prior can pull it to zero. If neither side has a
+    bin that passes (ε·n too small to tell), the bin with the largest noisy count on
+    either side sets that side's magnitude, the other side staying at 0. Every candidate
+    is above 0, so the bounds are never [0, 0]. ``above[j]`` (``below[j]``) is how many
+    units have a value above ``magnitudes[j]`` (below −``magnitudes[j]``).
+
+    Privacy map: ε-DP. A unit's largest value lies in at most one bin, so each side's
+    histogram has L1 sensitivity 1 and its release is (ε/2)-DP; the two compose to ε and
+    the choice of bins is post-processing.
+    """
+    side_epsilon = Fraction(epsilon) / 2
+    bins = len(magnitudes) - 1
+    threshold = math.log(2 * bins / BOUNDS_FAILURE) / side_epsilon
+    sides = []
+    for exceedances in (below, above):
+        histogram = [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
+        sides.append(laplace_release(histogram, 1, side_epsilon, rng))
+    found = [
+        max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
+    ]
+    if not any(found):
+        side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
+        found[side] = j + 1
+    low, high = (magnitudes[j] for j in found)
+    return 0.0 - low, high
 
 
 def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
@@ -49,45 +128,111 @@ def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
     return [a - b for a, b in zip(upper, [*exceedances, 0], strict=True)]
 
 
+def noisy_histograms(
+    units: int,
+    exceedances: Sequence[int],
+    means: Sequence[tuple[Sequence[int], int]],
+    epsilon: float,
+    rng: RandomSource,
+) -> tuple[list[int], list[list[int]]]:
+    """The private part of :func:`variance_threshold`: the units per largest-cell size
+    bucket and, for each AVG, the sums of its units' mean centred values per bucket, with
+    discrete Laplace noise.
+
+    Privacy map: ε-DP. The size histogram has L1 sensitivity 1 (a unit is in one bucket)
+    and gets ε/2, or all of ε when ``means`` is empty; each AVG's histogram of mean sums
+    has L1 sensitivity its bound (a unit's mean, in one bucket, is at most the bound in
+    magnitude) and gets an equal part of the other ε/2. Sequential composition.
+    """
+    total = Fraction(epsilon)
+    size_epsilon = total / 2 if means else total
+    counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
+    sums = [
+        laplace_release(
+            size_histogram(above[0], above[1:]), bound, (total - size_epsilon) / len(means), rng
+        )
+        for above, bound in means
+    ]
+    return counts, sums
+
+
 def variance_threshold(
     candidates: Sequence[int],
     units: int,
     exceedances: Sequence[int],
+    means: Sequence[tuple[Sequence[int], int]],
     half_range: float,
     measure_epsilon: float,
     epsilon: float,
     rng: RandomSource,
     noise_factor: int = 1,
 ) -> int:
-    """The weight threshold h minimising EMMMR20's v(h) (Claim 1) on a noisy histogram.
+    """The weight threshold h minimising an estimate of the weighted average's mean squared
+    error, bias² + EMMMR20's v(h) (Claim 1), from noisy histograms.
 
     v(h) = (σ² Σ_q min(h, s_q)²/s_q + 2 (h·B/ε)²) / (Σ_q min(h, s_q))² is the variance of
     the weighted average with per-unit weight min(h, s_q): sampling spread plus Laplace
-    noise of scale h·B/ε on the weighted sum. The sizes s_q are private, so v is
-    evaluated on a Laplace-noised histogram of the units' largest cell sizes (each bucket
-    at its upper end, counts below the noise's reach taken as 0); σ² is taken as B²/3, the
-    variance of a uniform value on [−B, B]. ``noise_factor`` = G·m² carries the query's
-    shape over to one group's mean: G released groups share the units, and one unit's
-    weight reaches m of them, so each group's noise is m·h·B/ε on a count of about n_h/G.
+    noise of scale h·B/ε on the weighted sum. It falls as h falls, but the weighted mean
+    then drifts from the mean of all rows when heavy units' values differ from light
+    ones' (EMMMR20 sec. 4: weighting trades bias for variance), so the bias enters too:
+    bias(h) = Σ_q min(h, s_q)·m_q / Σ_q min(h, s_q) − Σ_q s_q·m_q / Σ_q s_q, m_q a unit's
+    mean value. The sizes and means are private: v and the bias are evaluated on a
+    Laplace-noised histogram of the units' largest cell sizes (each bucket at its upper
+    end, counts below the noise's reach taken as 0, with their sums) and, for each AVG, a
+    Laplace-noised histogram of the sums of its units' mean centred values over the same
+    buckets. σ² is taken as B²/3, the variance of a uniform value on [−B, B].
+    ``noise_factor`` = G·m² carries the query's shape over to one group's mean: G released
+    groups share the units, and one unit's weight reaches m of them, so each group's noise
+    is m·h·B/ε on a count of about n_h/G. ``means`` holds, per AVG, the total of its units'
+    means then the totals over units with a cell above each candidate, and the bound on a
+    unit's mean (grid units); the AVGs' biases are added in units of the widest range.
 
-    Privacy map: ε-DP (Laplace on a histogram of L1 sensitivity 1); the minimisation is
-    post-processing.
+    The bias enters as an upper confidence bound, |bias estimate| + 2 sd (the estimate is
+    linear in the noisy mean sums, whose noise scales are public): where the data cannot
+    show the bias, the rule errs towards larger h, i.e. towards the unweighted mean.
+    Empty-looking buckets are dropped as in v(h) alone (see the comments).
+
+    Privacy map: ε-DP: :func:`noisy_histograms` is ε-DP and everything after it is
+    post-processing of its output and public parameters.
     """
-    counts = laplace_release(size_histogram(units, exceedances), 1, epsilon, rng)
+    counts, noisy_sums = noisy_histograms(units, exceedances, means, epsilon, rng)
+    size_epsilon = Fraction(epsilon) / 2 if means else Fraction(epsilon)
+    value_epsilon = size_epsilon / max(1, len(means))  # each AVG's part of the other half
     sizes = [*candidates, candidates[-1] * 2]
     # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
     # count is taken as empty, so noise in the many empty buckets of large sizes does not
-    # invent heavy units.
-    floor = math.log(len(sizes) / 0.05) / epsilon
-    buckets = [(s, n if n > floor else 0) for s, n in zip(sizes, counts, strict=True)]
+    # invent heavy units; and a bucket that passes above GAP empty ones is taken as such
+    # noise too (one phantom unit of a huge size would outweigh all real rows).
+    floor = math.log(len(sizes) / 0.05) / size_epsilon
+    kept, last = [], 0
+    for j, n in enumerate(counts):
+        if n > floor and (j - last <= GAP or not any(kept)):
+            last = j
+        kept.append(n > floor and last == j)
+    buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
     spread = half_range**2 / 3
+    sums = [
+        ([m if k else 0 for m, k in zip(noisy, kept, strict=True)], bound)
+        for noisy, (_, bound) in zip(noisy_sums, means, strict=True)
+    ]
 
-    def variance(h: int) -> float:
-        kept = sum(n * min(h, s) for s, n in buckets)
-        if kept <= 0:
+    def bias_bound(h: int, mean_sums: Sequence[int], bound: int) -> float:
+        """|bias(h)| + 2 sd, relative to the mean's bound: the bias estimate is a linear
+        combination Σ a_q·M_q of the noisy mean sums, each with variance 2(bound/ε_v)²."""
+        weight = sum(n * min(h, s) for s, n in buckets)
+        whole = sum(n * s for s, n in buckets)
+        shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]
+        bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / bound
+        deviation = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
+        return abs(bias) + 2 * deviation
+
+    def error(h: int) -> float:
+        kept_weight = sum(n * min(h, s) for s, n in buckets)
+        if kept_weight <= 0:
             return float("inf")
         sampling = sum(n * min(h, s) ** 2 / s for s, n in buckets)
         noise = 2 * noise_factor * (h * half_range / measure_epsilon) ** 2
-        return (spread * sampling + noise) / kept**2
+        bias = sum((half_range * bias_bound(h, m, bound)) ** 2 for m, bound in sums)
+        return (spread * sampling + noise) / kept_weight**2 + bias
 
-    return min(candidates, key=variance)
+    return min(candidates, key=error)

@@ -8,9 +8,10 @@ scores each chosen cap by its *expected* error. Two questions:
 1. Rank rule (ROWS AUTO, and WEIGHTS/BOUND AUTO for SUM), on the data of akmv_fig1.py:
    how far is the expected relative error of the total at the chosen caps from the best
    cap's, and what would change with a weaker prior (the score's −2i/ε_s term times p)
-   or a larger search share of ε? Variants re-implement the score of
-   ``udfs.threshold.rank_threshold`` with those two knobs; p = 1 at the current share is
-   checked to match the real function.
+   or a larger search share of ε? Variants re-implement the former score of
+   ``udfs.threshold.rank_threshold`` (a fixed prior of e^−1 per step, before the prior
+   followed a noisy unit count; see auto_defaults.py) with those two knobs; "privsql
+   now" calls the real function.
 2. Variance rule (BOUND AUTO / WEIGHTS AUTO for AVG), on RT24's extreme-valued
    collection (100 users × 1 row, 1 user × 10 rows): the h chosen with privsql's noisy
    histogram vs the h the same rule picks on the exact histogram.
@@ -81,7 +82,7 @@ def rank_rule(stats, draws: int, share_now: float, seed: int) -> pd.DataFrame:
                 rank = math.ceil(1 / release)
                 if label == "privsql now":
                     chosen = [
-                        rank_threshold(CANDIDATES, exceedances, rank, search, rng)
+                        rank_threshold(CANDIDATES, len(sizes), exceedances, rank, search, rng)
                         for _ in range(draws)
                     ]
                 else:
@@ -115,12 +116,12 @@ def variance_rule(draws: int, share_now: float, seed: int) -> pd.DataFrame:
         centred = eps * (1 - share_now) / 2  # AVG: half of the statistic's share
         chosen = [
             variance_threshold(
-                CANDIDATES, len(sizes), exceedances, half_range, centred, search, rng
+                CANDIDATES, len(sizes), exceedances, [], half_range, centred, search, rng
             )
             for _ in range(draws)
         ]
         exact = variance_threshold(
-            CANDIDATES, len(sizes), exceedances, half_range, centred, 1e12, rng
+            CANDIDATES, len(sizes), exceedances, [], half_range, centred, 1e12, rng
         )
         rows.append(
             {
