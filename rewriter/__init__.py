@@ -1,8 +1,11 @@
 """privsql's rewriter: the SQL dialect, analysis, planning and generation.
 
-It knows SQL and nothing of noise: a query goes ``analyze`` → ``plan`` → ``generate``
-and comes out as one DuckDB statement that bounds each unit's contribution and calls
-release functions whose names the caller gives.
+It knows SQL and nothing of noise: a query is parsed (``dialect``), resolved so that every
+name has one meaning (``resolve``: scoped CTE names, one identity per source, stars and
+column lists expanded, every column qualified), checked (``analyze``, ``relations``, the
+row-level allow-list in ``functions``), planned (``plan``) and generated (``generate``) as
+DuckDB statements that bound each unit's contribution and call release functions whose
+names the caller gives.
 """
 
 from rewriter.analyze import Analysis, PublicQuery, analyze, parse
