@@ -294,7 +294,9 @@ class Session:
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
             )
-        table = post_process(self._con, final, released.table)
+        table = post_process(self._con, final, released.table).replace_schema_metadata(
+            released.table.schema.metadata
+        )
         return self._result(table, query_plan, cached=released.plan is None)
 
     def _checked_delta(self, analysis: Analysis) -> float:
