@@ -28,12 +28,13 @@ Exemptions, narrow by construction rather than by filtering: post-processing thr
 (``CASE WHEN COUNT(*) > …``, ``HAVING``) are either always or never met on both
 databases (-1 or 10⁹), and queries run at EPSILON 1e6, so a post-processing failure or a
 HAVING never depends on how the planted unit moves a released value. Row counts are not
-compared for non-public keys (partition selection is randomised). The only queries left
-out of the random test are those using the construct of a recorded violation
-(``KNOWN_VIOLATIONS``, filtered by ``is_known_violation`` on ``KNOWN_VIOLATION_SHAPES``);
-each violation is kept as a minimal strict xfail below so that a fix is noticed. Those
-that exhaust memory on D' (``MEMORY_HUNGRY``) run in a child process with a capped
-address space: on this machine one took the whole test process to 24 GB.
+compared for non-public keys (partition selection is randomised). The violations this
+test found (``FORMER_VIOLATIONS``: errors that escape TRY, memory that depends on one
+unit's sizes) are now refused from their SQL by the row-level allow-list
+(``rewriter/functions.py``), and are checked here explicitly. Generated queries with a
+size-from-data shape (``MEMORY_HUNGRY``) are left to those explicit checks, which run in
+a child process with a capped address space: before the allow-list, one took the whole
+test process to 24 GB.
 """
 
 from __future__ import annotations
@@ -460,47 +461,28 @@ def queries(draw: st.DrawFn) -> Query:
     return Query(sql, keys, public)
 
 
-# -- known violations ---------------------------------------------------------------------------
+# -- violations this test found, now refused by the allow-list -------------------------------
 
-KNOWN_VIOLATIONS: list[tuple[str, dict[str, list] | None]] = [
-    # list_reduce / array_reduce over the planted unit's empty list ([]) raise, also under
-    # TRY: the query succeeds on D and is refused ("failed while reading private data") on D'.
+FORMER_VIOLATIONS: list[tuple[str, dict[str, list] | None]] = [
+    # list_reduce / array_reduce over the planted unit's empty list ([]) raised, also under
+    # TRY: the query succeeded on D and was refused ("failed while reading private data") on D'.
     ("SELECT COUNT(*) FROM t WHERE list_reduce(l, (a, b) -> a) > 0 PRIVACY_UNIT u", None),
     ("SELECT COUNT(*) FROM t WHERE TRY(array_reduce(l, (a, b) -> a)) > 0 PRIVACY_UNIT u", None),
     # A LIKE pattern read from private data that ends in the escape character ('\\')
-    # raises a SyntaxException on D' only.
+    # raised a SyntaxException on D' only.
     ("SELECT COUNT(*) FROM t WHERE 'a' LIKE s ESCAPE '\\' PRIVACY_UNIT u", None),
     ("SELECT COUNT(*) FROM t WHERE like_escape('a', s, '\\') PRIVACY_UNIT u", None),
-    # Sizes read from private data (k = 2147483647 on D'): the engine runs out of memory
-    # (memory_limit 1GB here; without a limit the machine's memory is the limit) on D' only.
+    # Sizes read from private data (k = 2147483647 on D'): the engine ran out of memory on
+    # D' only.
     ("SELECT COUNT(*) FROM t WHERE len(range(k)) > 0 PRIVACY_UNIT u", None),
     ("SELECT COUNT(*) FROM t WHERE repeat(s, k) = 'x' PRIVACY_UNIT u", None),
 ]
-"""Minimal queries whose observable outcome differs between D and D' (exact SQL, keys)."""
-
-KNOWN_VIOLATION_SHAPES = (
-    "list_reduce(",
-    "array_reduce(",
-    "LIKE s ESCAPE",
-    "like_escape('a', s,",
-    "range(k)",
-    "repeat(s, k)",
-    "lpad(s, k,",
-)
-"""The construct each known violation turns on; a generated query using one is skipped
-(the grammar keeps producing them, so a fix can be checked by emptying this tuple)."""
+"""Minimal queries whose outcome differed between D and D' before the allow-list."""
 
 MEMORY_HUNGRY = ("range(k)", "repeat(s, k)", "lpad(s, k,")
-"""Shapes that try to allocate gigabytes on D' (DuckDB's memory_limit does not stop
-``range``: the kernel killed a 24 GB process): run only in a child with RLIMIT_AS set."""
+"""Shapes that tried to allocate gigabytes on D' (DuckDB's memory_limit does not stop
+``range``: the kernel killed a 24 GB process): checked only in a child with RLIMIT_AS set."""
 ADDRESS_SPACE = 6 * 2**30
-
-
-def is_known_violation(query: Query) -> bool:
-    """True for a recorded violation or a query using one of its offending constructs."""
-    if (query.sql, query.keys) in KNOWN_VIOLATIONS:
-        return True
-    return any(shape in query.sql for shape in KNOWN_VIOLATION_SHAPES)
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -540,8 +522,8 @@ def compare(neighbours: tuple[privsql.Session, ...], query: Query) -> None:
 @given(query=queries())
 def test_neighbours_look_alike(neighbours: tuple[privsql.Session, ...], query: Query) -> None:
     """Random ordinary and hostile queries: D and D' are indistinguishable but for noise."""
-    if is_known_violation(query):
-        return
+    if any(shape in query.sql for shape in MEMORY_HUNGRY):
+        return  # checked in a child process by test_former_violations
     compare(neighbours, query)
 
 
@@ -570,17 +552,14 @@ def compare_in_child(sql: str, keys: dict[str, list] | None, directory: Path) ->
         raise RuntimeError(f"the child failed otherwise: {done.stderr[-3000:]}")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="known neighbour-dependence (KNOWN_VIOLATIONS)"
-)
-@pytest.mark.parametrize(("sql", "keys"), KNOWN_VIOLATIONS)
-def test_known_violations(
+@pytest.mark.parametrize(("sql", "keys"), FORMER_VIOLATIONS)
+def test_former_violations(
     neighbours: tuple[privsql.Session, ...],
     tmp_path: Path,
     sql: str,
     keys: dict[str, list] | None,
 ) -> None:
-    """Each recorded violation still reproduces (strict xfail: a fix makes this fail)."""
+    """Each violation this test found now gives D and D' the same outcome (a refusal)."""
     if any(shape in sql for shape in MEMORY_HUNGRY):
         compare_in_child(sql, keys, tmp_path)
     else:
