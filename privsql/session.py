@@ -472,16 +472,7 @@ class Session:
             stored = self._ledger.answer(key, data)
             if stored is not None:
                 return _Released(data, stored, None, "")
-            if not self._ledger.affordable(epsilon):
-                raise BudgetExceeded(
-                    f"this query needs ε = {epsilon:g} but only "
-                    f"ε = {self._ledger.remaining:g} remains; nothing was charged"
-                )
-            if not self._ledger.affordable(0.0, delta):
-                raise BudgetExceeded(
-                    f"this query needs δ = {delta:g} (partition selection) but only "
-                    f"δ = {self._ledger.delta_remaining:g} remains; nothing was charged"
-                )
+            self._check_affordable(epsilon, delta)
             search = bounds_search(analysis, epsilon=self.epsilon)
             spent, estimated, bounded = 0.0, {}, analysis
             if search is not None:
@@ -505,6 +496,20 @@ class Session:
             return _Released(data, table, query_plan, parts.final)
 
         return engine.private(run)
+
+    def _check_affordable(self, epsilon: float, delta: float) -> None:
+        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ)."""
+        if self._ledger.affordable(epsilon, delta):
+            return
+        if not self._ledger.affordable(epsilon):
+            raise BudgetExceeded(
+                f"this query needs ε = {epsilon:g} but only "
+                f"ε = {self._ledger.remaining:g} remains; nothing was charged"
+            )
+        raise BudgetExceeded(
+            f"this query needs δ = {delta:g} (partition selection) but only "
+            f"δ = {self._ledger.delta_remaining:g} remains; nothing was charged"
+        )
 
     def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
         """The plan a stored answer was released under: its estimated bounds and caps."""
