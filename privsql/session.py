@@ -8,7 +8,6 @@ functions ``udfs`` registers) → charge the ledger → result.
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -417,6 +416,20 @@ class Session:
     def _columns(self, source: str) -> list[str]:
         return self._engine.columns(source)
 
+    def _files(self, name: str) -> frozenset[str]:
+        """The files a file identity names (``_file_identity`` each), its globs expanded by
+        DuckDB's own ``glob``: the files a reader of those paths would read."""
+        found = set()
+        for path in name.removeprefix(FILE).split("\n"):
+            try:
+                listed = self._con.execute(
+                    f"SELECT file FROM glob({exp.Literal.string(path).sql(dialect='duckdb')})"
+                ).fetchall()
+            except duckdb.Error:
+                listed = []
+            found |= {_file_identity(file) for (file,) in listed} or {_file_identity(path)}
+        return frozenset(found)
+
     def _source_identity(self, source: str) -> str:
         """The catalogue identity of a source named in the owner's SQL (``protect``)."""
         try:
@@ -433,10 +446,12 @@ class Session:
             columns=lru_cache(maxsize=None)(self._columns),
             aggregates=self._aggregates,
             database=self._database,
-            files=lru_cache(maxsize=None)(_files),
+            files=lru_cache(maxsize=None)(self._files),
             types=self._engine.types,
             evaluate=self._evaluate,
-            forbidden=self._ledger.files | _files_of(self._con),
+            forbidden=frozenset(
+                _file_identity(p) for p in self._ledger.files | _files_of(self._con)
+            ),
             declared_files_only=self._declared_files_only,
             tables=frozenset(identity(t, self._database) for t in self._engine.tables()),
         )
@@ -589,13 +604,18 @@ def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:
     path = database_path(connection)
     if path is None:
         return frozenset()
-    return frozenset(os.path.abspath(p) for p in (path, path.with_name(path.name + ".wal")))
+    return frozenset(str(p) for p in (path, path.with_name(path.name + ".wal")))
 
 
-def _files(name: str) -> frozenset[str]:
-    """The files a file identity names: each path, its glob expanded (recursively for **)."""
-    paths = name.removeprefix(FILE).split("\n")
-    return frozenset(f for path in paths for f in (glob.glob(path, recursive=True) or [path]))
+def _file_identity(path: str) -> str:
+    """One name per file, however its path is spelt: its device and inode (symbolic and
+    hard links, ``~``, ``..`` and ``/proc/self/root`` are all one file), else its real path."""
+    expanded = os.path.expanduser(path)
+    try:
+        status = os.stat(expanded)
+    except OSError:
+        return os.path.realpath(expanded)
+    return f"{status.st_dev}:{status.st_ino}"
 
 
 def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:

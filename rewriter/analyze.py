@@ -186,6 +186,15 @@ def analyze(
 
     ``keys`` lists public values for GROUP BY keys by output name, for this query.
     """
+    try:
+        return _analyze(sql, catalog, keys)
+    except RecursionError:
+        raise UnsupportedQuery("the query is nested too deeply") from None
+
+
+def _analyze(
+    sql: str, catalog: Catalog, keys: Mapping[str, Sequence[object]] | None
+) -> Analysis | PublicQuery:
     select = parse(sql)
     _refuse_forbidden(select, catalog)
     names = [output_name(item) for item in select.expressions] if isinstance(
@@ -211,6 +220,7 @@ def analyze(
         raise MissingPrivacyUnit("the query reads private data: add PRIVACY_UNIT <column>")
     options = read_options(clause)
     _refuse_shapes(select)
+    _refuse_duplicate_outputs(select)
     relations = Relations(select, catalog, private)
     relations.refuse_outside_from()
     unit, source = relations.resolve(options.unit)
@@ -314,6 +324,16 @@ def _refuse_unlisted_row_level(
             refuse_unlisted(part)
     for node in [*keys, *(a.argument for a in aggregates if a.argument is not None)]:
         refuse_unlisted(node)
+
+
+def _refuse_duplicate_outputs(select: exp.Select) -> None:
+    """Two outputs of one name could not both be returned: refused before anything is spent."""
+    seen: set[str] = set()
+    for item in select.expressions:
+        name = item.alias_or_name.lower()
+        if name in seen:
+            raise InvalidOption(f"two outputs are named {item.alias_or_name}: alias each one")
+        seen.add(name)
 
 
 def _group_keys(select: exp.Select) -> list[exp.Expr]:

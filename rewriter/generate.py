@@ -266,14 +266,21 @@ def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[st
 def _guard_rows(query: exp.Select, kept: exp.Expr | None = None) -> None:
     """Guard a SELECT's WHERE and join conditions over private rows (see ``_never_raise``)."""
     where = query.args.get("where")
-    condition = _never_raise(where.this) if where is not None else None
+    condition = _condition(where.this) if where is not None else None
     if kept is not None:
         condition = exp.and_(condition, kept) if condition is not None else kept
     if condition is not None:
         query.set("where", exp.Where(this=condition))
     for join in query.args.get("joins") or []:
         if join.args.get("on") is not None:
-            join.set("on", _never_raise(join.args["on"]))
+            join.set("on", _condition(join.args["on"]))
+
+
+def _condition(node: exp.Expr) -> exp.Expr:
+    """A guarded condition, made BOOLEAN inside the guard: a condition of another type (a
+    VARCHAR ``CASE``, a column) would otherwise be cast to BOOLEAN by the engine outside
+    ``TRY``, and fail on one value ('x' is no BOOLEAN)."""
+    return exp.TryCast(this=_never_raise(node), to=exp.DataType.build("BOOLEAN"))
 
 
 def _never_raise_named(item: exp.Expr) -> exp.Expr:
@@ -289,8 +296,15 @@ def _never_raise_named(item: exp.Expr) -> exp.Expr:
 
 def _aggregate_never_raises(node: exp.AggFunc) -> exp.Expr:
     """A per-unit aggregate (``PER_UNIT_AGGREGATES``) that no value can make fail: its
-    arguments guarded, SUM and AVG taken in DOUBLE (±inf where an integer sum overflows)."""
-    in_double = isinstance(node, (exp.Sum, exp.Avg))
+    arguments guarded, SUM and AVG taken in DOUBLE (±inf where an integer sum overflows),
+    COUNT_IF, BOOL_AND and BOOL_OR over BOOLEANs cast inside the guard."""
+    kind = (
+        "DOUBLE"
+        if isinstance(node, (exp.Sum, exp.Avg))
+        else "BOOLEAN"
+        if isinstance(node, (exp.CountIf, exp.LogicalAnd, exp.LogicalOr))
+        else None
+    )
 
     def guard(argument: exp.Expr) -> exp.Expr:
         if isinstance(argument, exp.Star):
@@ -298,7 +312,7 @@ def _aggregate_never_raises(node: exp.AggFunc) -> exp.Expr:
         if isinstance(argument, exp.Distinct):
             return exp.Distinct(expressions=[guard(e) for e in argument.expressions])
         guarded = _never_raise(argument)
-        return exp.TryCast(this=guarded, to=exp.DataType.build("DOUBLE")) if in_double else guarded
+        return exp.TryCast(this=guarded, to=exp.DataType.build(kind)) if kind else guarded
 
     return _map_arguments(node, guard)
 

@@ -41,9 +41,14 @@ def _positive(node: exp.Expr | None, option: str) -> float | None:
     if node is None:
         return None
     value = _number(node, option)
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidOption(f"{option} must be a finite number greater than 0")
+    if not math.isfinite(value) or value < SMALLEST:
+        raise InvalidOption(f"{option} must be a finite number of at least {SMALLEST:g}")
     return value
+
+
+SMALLEST = 1e-9
+"""The smallest ε or δ a query may ask for: below it a charge is lost to float rounding
+in the ledger's sums (and the answer is noise)."""
 
 
 LARGEST_CAP = 2**31 - 1

@@ -310,3 +310,76 @@ def test_functions_outside_the_allow_list_are_refused_from_the_sql(
         f"SELECT COUNT(*) FROM (SELECT * FROM ratings WHERE {condition}) PRIVACY_UNIT user_id",
     ):
         assert refused(db, place).rule in ("unsupported", "select-only")
+
+
+# Second red-team round -------------------------------------------------------------------
+
+BOOLEAN_FROM_TEXT = [
+    "SELECT COUNT(*) FROM ratings WHERE CASE WHEN user_id = 999 AND note LIKE 'zq%' "
+    "THEN 'x' ELSE 'true' END PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM ratings WHERE NOT CASE WHEN user_id = 999 THEN 'x' ELSE 'false' END "
+    "PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM (SELECT user_id, CASE WHEN user_id = 999 THEN 'x' ELSE 'true' END "
+    "AS c FROM ratings) WHERE c PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT COUNT(*) FROM ratings r JOIN movies m ON CASE WHEN r.user_id = 999 THEN 'x' "
+    "ELSE 'true' END PRIVACY_UNIT user_id BOUND ROWS 1",
+    "SELECT SUM(n CLAMPED BETWEEN 0 AND 9) FROM (SELECT user_id, COUNT_IF(CASE WHEN "
+    "user_id = 999 THEN 'x' ELSE 'true' END) AS n FROM ratings GROUP BY user_id) "
+    "PRIVACY_UNIT user_id",
+]
+
+
+@pytest.mark.parametrize("sql", BOOLEAN_FROM_TEXT)
+def test_a_text_condition_cannot_fail_on_one_value(db: privsql.Session, sql: str) -> None:
+    """The engine's cast of a condition to BOOLEAN happens inside the guard: 'x' is no
+    BOOLEAN, and the heavy user's rows must drop, not fail the query."""
+    assert db.sql(sql + " EPSILON 1000").epsilon == 1000
+
+
+def test_every_spelling_of_a_declared_file_is_that_file(
+    db: privsql.Session, tmp_path: Path
+) -> None:
+    path = tmp_path / "ratings.parquet"
+    db.protect(f"read_parquet('{path}')", privacy_unit="user_id")
+    (tmp_path / "linked").symlink_to(tmp_path)
+    (tmp_path / "soft.parquet").symlink_to(path)
+    (tmp_path / "hard.parquet").hardlink_to(path)
+    spellings = [
+        f"/proc/self/root{path}",
+        f"{tmp_path}/linked/ratings.parquet",
+        f"{tmp_path}/soft.parquet",
+        f"{tmp_path}/hard.parquet",
+        f"{tmp_path}/../{tmp_path.name}/ratings.parquet",
+    ]
+    for spelling in spellings:
+        error = refused(
+            db, f"SELECT COUNT(*) FROM read_parquet('{spelling}') PRIVACY_UNIT row_id BOUND ROWS 1"
+        )
+        assert error.rule == "privacy-unit", spelling
+
+
+def test_the_key_file_is_unreadable_by_any_spelling(tmp_path: Path) -> None:
+    path = tmp_path / "owned.duckdb"
+    db = privsql.connect(str(path), budget=1.0)
+    key = tmp_path / "owned.duckdb.privsql-key"
+    (tmp_path / "keylink").symlink_to(key)
+    try:
+        for target in (f"/proc/self/root{key}", tmp_path / "keylink", f"{tmp_path}/./owned*"):
+            error = refused(db, f"SELECT COUNT(*) FROM read_parquet('{target}') PRIVACY_UNIT u")
+            assert error.rule == "select-only"
+    finally:
+        db.close()
+
+
+def test_outputs_of_one_name_are_refused_before_anything_is_spent(db: privsql.Session) -> None:
+    assert refused(
+        db, "SELECT COUNT(*), COUNT(*) FROM ratings PRIVACY_UNIT user_id BOUND ROWS 1"
+    ).rule == "option"
+
+
+def test_deep_nesting_and_vanishing_epsilon_are_refused(db: privsql.Session) -> None:
+    deep = "abs(" * 400 + "rating" + ")" * 400
+    refused(db, f"SELECT COUNT(*) FROM ratings WHERE {deep} > 0 PRIVACY_UNIT user_id")
+    assert refused(
+        db, "SELECT COUNT(*) FROM ratings PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1e-320"
+    ).rule == "option"
