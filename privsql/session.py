@@ -427,6 +427,7 @@ class Session:
 
     def _catalog(self) -> Catalog:
         declared = self._ledger.declarations()
+        tables = self._engine.tables()
         return Catalog(
             protected={n: p for n, (p, public) in declared.items() if p is not None},
             public=frozenset(n for n, (_, public) in declared.items() if public),
@@ -438,7 +439,8 @@ class Session:
             evaluate=self._evaluate,
             forbidden=self._ledger.files | _files_of(self._con),
             declared_files_only=self._declared_files_only,
-            tables=frozenset(identity(t, self._database) for t in self._engine.tables()),
+            tables=frozenset(identity(t, self._database) for t, _ in tables),
+            views={identity(t, self._database): sql for t, sql in tables if sql},
         )
 
     def _evaluate(self, statement: str) -> list[tuple]:
