@@ -9,6 +9,7 @@ db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
 from privsql.ledger import BudgetExceeded, Charge
 from privsql.magic import load_ipython_extension
 from privsql.result import Result
+from privsql.explain import Suggestion
 from privsql.session import Budget, Explanation, Session, connect
 from rewriter.errors import (
     InvalidOption,
@@ -42,6 +43,7 @@ __all__ = [
     "Result",
     "Session",
     "StatementNotAllowed",
+    "Suggestion",
     "UnknownName",
     "UnsupportedQuery",
     "connect",

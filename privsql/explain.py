@@ -35,6 +35,7 @@ from rewriter.plan import (
     BoundsSearch,
     Measurement,
     Plan,
+    Statistic,
     bounds_search,
     plan,
 )
@@ -357,13 +358,13 @@ def _output_names(query_plan: Plan) -> dict[str, str]:
 
 
 def _mechanism(
-    query_plan: Plan, statistic: object, m: Measurement, known: bool, names: dict[str, str]
+    query_plan: Plan, statistic: Statistic, m: Measurement, known: bool, names: dict[str, str]
 ) -> dict:
     """One measurement as ``explain`` shows it: its mechanism, ε and noise scale.
 
     For a quantile the scale is the mechanism's rank error bound at 95%, in rows.
     """
-    aggregate = statistic.aggregate  # type: ignore[attr-defined]
+    aggregate = statistic.aggregate
     if m.kind == "histogram":
         assert m.quantile is not None
         scale = (
@@ -474,8 +475,8 @@ def _warnings(
             )
     if query_plan.groups_may_exceed_cap:
         found.append(
-            f"a unit in more than {groups} groups (MAX_GROUPS) counts in only {groups} of "
-            "them: its rows in the others are dropped (bias)"
+            f"a unit in more than {groups} group{'s' if groups > 1 else ''} (MAX_GROUPS) "
+            f"counts in only {groups} of them: its rows in the others are dropped (bias)"
         )
     for statistic in query_plan.statistics:
         grid = statistic.grid
