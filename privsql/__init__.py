@@ -6,10 +6,10 @@ db.protect("orders", privacy_unit="user_id", bounds={"amount": (0, 500)})
 db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
 """
 
+from privsql.explain import Suggestion
 from privsql.ledger import BudgetExceeded, Charge
 from privsql.magic import load_ipython_extension
 from privsql.result import Result
-from privsql.explain import Suggestion
 from privsql.session import Budget, Explanation, Session, connect
 from rewriter.errors import (
     InvalidOption,
