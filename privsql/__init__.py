@@ -6,6 +6,7 @@ db.protect("orders", privacy_unit="user_id", bounds={"amount": (0, 500)})
 db.sql("SELECT COUNT(*) FROM orders PRIVACY_UNIT user_id BOUND ROWS 10").df()
 """
 
+from privsql.explain import Suggestion
 from privsql.ledger import BudgetExceeded, Charge
 from privsql.magic import load_ipython_extension
 from privsql.result import Result
@@ -42,6 +43,7 @@ __all__ = [
     "Result",
     "Session",
     "StatementNotAllowed",
+    "Suggestion",
     "UnknownName",
     "UnsupportedQuery",
     "connect",

@@ -48,8 +48,9 @@ class Engine(Protocol):
         """The DuckDB type names of a statement's outputs, by binding it (no rows read)."""
         ...
 
-    def tables(self) -> list[exp.Table]:
-        """Every table and view a query may name, fully qualified."""
+    def tables(self) -> list[tuple[exp.Table, str | None]]:
+        """Every table and view a query may name, fully qualified, with a view's definition
+        (``CREATE VIEW ...``) where the engine has one."""
         ...
 
     def check(self, analysis: Analysis) -> None:
@@ -107,17 +108,17 @@ class DuckDBEngine:
         except duckdb.Error:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
-    def tables(self) -> list[exp.Table]:
+    def tables(self) -> list[tuple[exp.Table, str | None]]:
         rows = self._con.execute(
-            "SELECT database_name, schema_name, table_name FROM duckdb_tables() "
-            "UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views() "
+            "SELECT database_name, schema_name, table_name, NULL FROM duckdb_tables() "
+            "UNION ALL SELECT database_name, schema_name, view_name, sql FROM duckdb_views() "
             "WHERE NOT internal"
         ).fetchall()
         found = []
-        for database, schema, name in rows:
-            found.append(exp.table_(name, db=schema, catalog=database))
+        for database, schema, name, sql in rows:
+            found.append((exp.table_(name, db=schema, catalog=database), sql))
             if database == "temp":  # a temporary table is named without its catalogue
-                found.append(exp.table_(name))
+                found.append((exp.table_(name), sql))
         return found
 
     def types(self, statement: str) -> list[str]:
@@ -182,14 +183,14 @@ class SparkEngine:
         except PySparkException:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
-    def tables(self) -> list[exp.Table]:
-        found = []
+    def tables(self) -> list[tuple[exp.Table, str | None]]:
+        found: list[tuple[exp.Table, str | None]] = []
         for table in self._spark.catalog.listTables():
             namespace = list(table.namespace or [])
             if table.isTemporary or namespace in ([], ["default"]):
-                found.append(exp.table_(table.name))
+                found.append((exp.table_(table.name), None))
             else:
-                found.append(exp.table_(table.name, db=".".join(namespace)))
+                found.append((exp.table_(table.name, db=".".join(namespace)), None))
         return found
 
     def types(self, statement: str) -> list[str]:

@@ -26,6 +26,7 @@ from sqlglot import exp
 import udfs
 from privsql.accuracy import half_widths
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
+from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
     LOCK_TIMEOUT,
     MAX_QUERY_DELTA,
@@ -38,23 +39,20 @@ from privsql.ledger import (
 from privsql.result import Result
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
-from rewriter.dialect import to_sql, written
+from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import fingerprint_sql
 from rewriter.generate import (
     SUPPORT_PREFIX,
     Functions,
     bounds_sql,
-    generate,
     stages,
     threshold_sql,
 )
 from rewriter.plan import (
-    BUCKETS,
     CANDIDATES,
     MAGNITUDES,
     BoundsSearch,
-    Measurement,
     Plan,
     bounds_search,
     charged_delta,
@@ -66,59 +64,6 @@ DECIDED_KEY = b"privsql.decided"
 """Arrow metadata of a stored answer: the bounds and caps privately chosen for it."""
 Keys = Mapping[str, Sequence[object]]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """What a query would do and cost; producing it reads no data and spends nothing."""
-
-    sql: str
-    epsilon: float
-    delta: float
-    bounding: dict
-    aggregates: tuple[dict, ...]
-    partition_selection: dict | None
-
-    def __str__(self) -> str:
-        b = self.bounding
-        lines = [f"ε = {self.epsilon:g}, δ = {self.delta:g}"]
-        if b:
-            cap = b["cap"] if b["cap"] is not None else "AUTO"
-            lines.append(
-                f"  bounding: {b['strategy']} {cap} per unit and group, "
-                f"at most {b['groups']} groups per unit"
-            )
-            if b.get("bounds_estimated"):
-                lines.append(
-                    f"  bounds: estimated privately for {', '.join(b['bounds_estimated'])}, "
-                    f"ε = {b['bounds_epsilon']:g}"
-                )
-            if b.get("search"):
-                lines.append(
-                    f"  threshold: chosen privately ({b['search']}), ε = {b['search_epsilon']:g}"
-                )
-        for a in self.aggregates:
-            known = a["scale"] is not None
-            if a["mechanism"] == "Laplace":
-                detail = f"scale {a['scale']:g}" if known else "scale set by the threshold"
-            else:
-                detail = (
-                    f"95% rank error ≤ {a['scale']:g} rows" if known else "set by the threshold"
-                )
-                detail += f", {BUCKETS} buckets, 95% interval ε = {a['interval_epsilon']:g}"
-            lines.append(
-                f"  {a['aggregate']}: {a['mechanism']} on {a['measurement']}, "
-                f"ε = {a['epsilon']:g}, {detail}"
-            )
-        if self.partition_selection:
-            p = self.partition_selection
-            lines.append(
-                f"  keys: partition selection, ε = {p['epsilon']:g}, δ = {p['delta']:g}, "
-                f"threshold {p['threshold']} distinct units"
-            )
-        if self.sql:
-            lines += ["", self.sql]
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -315,64 +260,56 @@ class Session:
         return charged_delta(analysis, self.delta)
 
     @_one_at_a_time
-    def explain(self, query: str, *, keys: Keys | None = None) -> Explanation:
-        """Rewritten SQL, bounds, noise scales and ε of a query; reads no data, costs nothing."""
+    def explain(
+        self,
+        query: str,
+        *,
+        keys: Keys | None = None,
+        rows: int | None = None,
+        units: int | None = None,
+    ) -> Explanation:
+        """Rewritten SQL, bounds, noise scales, ε and each noisy cell's expected 95% ± in the
+        query's units; reads no data, costs nothing.
+
+        ``rows`` (rows expected per group: an AVG's ± is stated for it, else per 1,000 rows)
+        and ``units`` (an upper bound on the number of privacy units) are public facts the
+        analyst states; with them explain warns of answers likely empty or mostly bias.
+        """
         analysis = analyze(query, self._catalog(), keys)
         if isinstance(analysis, PublicQuery):
             sql = analysis.select.sql(dialect="duckdb")
             return Explanation(sql, 0.0, 0.0, {}, (), None)
-        estimating = bounds_search(analysis, epsilon=self.epsilon)
-        if estimating is not None:  # unknown until estimated: plan with placeholder bounds
-            unknown = {to_sql(a.node): (0.0, 1.0) for a in estimating.aggregates}
-            analysis = analysis.with_bounds(unknown)
-        query_plan = plan(
+        return explain(
             analysis,
             epsilon=self.epsilon,
             delta=self.delta,
-            spent=estimating.epsilon if estimating else 0.0,
+            functions=FUNCTIONS,
+            public=Public(rows, units),
         )
-        resolved = query_plan.search is None and estimating is None
-        measurements = {m.name: m for m in query_plan.measurements}
-        aggregates = tuple(
-            _mechanism(query_plan, s.aggregate.node, m, resolved or m.kind == "units")
-            for s in query_plan.statistics
-            for m in (measurements[name] for name in s.measurements)
-        )
-        search = query_plan.search
-        bounding = {
-            "strategy": query_plan.bounding.strategy,
-            "cap": query_plan.bounding.cap,
-            "groups": query_plan.bounding.groups,
-            "search": None
-            if search is None
-            else " and ".join(
-                f"about {search.rank} units above the cap"
-                if rule == "rank"
-                else "EMMMR20's v(h) minimiser for AVG"
-                for rule in search.rules
-            ),
-            "search_epsilon": 0.0 if search is None else search.epsilon,
-            "bounds_estimated": [written(a.node) for a in estimating.aggregates]
-            if estimating
-            else [],
-            "bounds_epsilon": estimating.epsilon if estimating else 0.0,
-        }
-        partition = query_plan.partition
-        return Explanation(
-            sql=generate(query_plan, FUNCTIONS) if resolved else "",
-            epsilon=query_plan.epsilon,
-            delta=query_plan.delta,
-            bounding=bounding,
-            aggregates=aggregates,
-            partition_selection=None
-            if partition is None
-            else {
-                "epsilon": partition.epsilon,
-                "delta": partition.delta,
-                "threshold": udfs.partition_threshold(
-                    partition.max_groups, partition.epsilon, partition.delta
-                ),
-            },
+
+    @_one_at_a_time
+    def plan(
+        self,
+        query: str,
+        target: float | Mapping[str, float],
+        *,
+        keys: Keys | None = None,
+        rows: int | None = None,
+        units: int | None = None,
+    ) -> Suggestion:
+        """The ε to write as the query's EPSILON for a wanted 95% ± (``target``, in the query's
+        units: one number for its first noisy output, or a ± per output name); reads no data,
+        costs nothing. Needs fixed bounds (BOUND ROWS k / WEIGHTS h, CLAMPED BETWEEN)."""
+        analysis = analyze(query, self._catalog(), keys)
+        if isinstance(analysis, PublicQuery):
+            raise InvalidOption("the query reads only public data: it needs no ε")
+        return suggest(
+            analysis,
+            target,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            functions=FUNCTIONS,
+            public=Public(rows, units),
         )
 
     def close(self) -> None:
@@ -440,6 +377,7 @@ class Session:
 
     def _catalog(self) -> Catalog:
         declared = self._ledger.declarations()
+        tables = self._engine.tables()
         return Catalog(
             protected={n: p for n, (p, public) in declared.items() if p is not None},
             public=frozenset(n for n, (_, public) in declared.items() if public),
@@ -453,7 +391,8 @@ class Session:
                 _file_identity(p) for p in self._ledger.files | _files_of(self._con)
             ),
             declared_files_only=self._declared_files_only,
-            tables=frozenset(identity(t, self._database) for t in self._engine.tables()),
+            tables=frozenset(identity(t, self._database) for t, _ in tables),
+            views={identity(t, self._database): sql for t, sql in tables if sql},
         )
 
     def _evaluate(self, statement: str) -> list[tuple]:
@@ -616,38 +555,6 @@ def _file_identity(path: str) -> str:
     except OSError:
         return os.path.realpath(expanded)
     return f"{status.st_dev}:{status.st_ino}"
-
-
-def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: bool) -> dict:
-    """One measurement as ``explain`` shows it: its mechanism, ε and noise scale.
-
-    For a quantile the scale is the mechanism's rank error bound at 95%, in rows.
-    """
-    if m.kind == "histogram":
-        assert m.quantile is not None
-        scale = (
-            udfs.rank_error_bound(
-                BUCKETS,
-                m.epsilon,
-                udfs.quantile_sensitivity(m.quantile[0], query_plan.sensitivity(m)),
-                0.05,
-            )
-            * m.unit
-            if known
-            else None
-        )
-        mechanism = "permute-and-flip"
-    else:
-        scale = query_plan.sensitivity(m) * m.unit / m.epsilon if known else None
-        mechanism = "Laplace"
-    return {
-        "aggregate": written(aggregate),
-        "measurement": m.name,
-        "mechanism": mechanism,
-        "epsilon": m.epsilon,
-        "interval_epsilon": m.interval_epsilon,
-        "scale": scale,
-    }
 
 
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:

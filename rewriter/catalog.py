@@ -81,6 +81,16 @@ class Catalog:
     tables: frozenset[str] | None = None
     """The identities of every table and view, where known: a name that is none of them is
     refused rather than left to the engine (DuckDB would read a file by that name)."""
+    views: Mapping[str, str] = field(default_factory=dict)
+    """Each view's definition (``CREATE VIEW ...``), by identity."""
+
+    def view(self, source: exp.Table) -> str | None:
+        """The definition of an undeclared view, which a query reads as the query it is;
+        a view the owner declared is a source of its own, governed by its declaration."""
+        name = self.identity(source)
+        if isinstance(source.this, exp.Func) or name in self.protected or name in self.public:
+            return None
+        return self.views.get(name)
 
     def identity(self, source: exp.Table) -> str:
         return identity(source, self.database)

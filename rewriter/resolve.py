@@ -25,6 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
@@ -42,6 +43,9 @@ FILE_READERS = frozenset({"read_parquet", "parquet_scan"})
 """Table functions that may be read, as private sources. Parquet only: a Parquet file's
 schema is in its footer, while a CSV or JSON file's columns and types are sniffed from its
 rows — its schema is data, and errors binding a query over it would quote those rows."""
+
+VIEW_DEPTH = 16
+"""How deeply views defined over views are followed."""
 
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 """A path with a scheme (``file://``, ``s3://``, ``https:``): one file could be named in
@@ -78,8 +82,13 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
         for item, name in zip(list(query.expressions), names, strict=True):
             if not item.alias:
                 item.replace(exp.alias_(item.copy(), name, quoted=True))
-    scopes = _scopes(query)
-    _rename_ctes(scopes)
+    for _ in range(VIEW_DEPTH):
+        scopes = _scopes(query)
+        _rename_ctes(scopes)
+        if not _expand_views(query, catalog):
+            break
+    else:
+        raise UnsupportedQuery(f"views nested more than {VIEW_DEPTH} deep are not supported")
     stands = _stand_in(query, scopes, catalog)
     schema = {
         name: {column: "UNKNOWN" for column in catalog.columns(_reader_sql(stand.source))}
@@ -158,6 +167,26 @@ def _rename_ctes(scopes: list[Scope]) -> None:
             if columns:
                 alias.set("columns", [c.copy() for c in columns])
             cte.set("alias", alias)
+
+
+def _expand_views(query: exp.Query, catalog: Catalog) -> bool:
+    """Replace each undeclared view by its definition, as a derived table of the same name;
+    whether any was. A view is a query over its sources, so it is checked as one: a view
+    that renames another column to the unit is the unit swap it would be written out."""
+    expanded = False
+    for table in list(query.find_all(exp.Table)):
+        if table.name.startswith(CTE_PREFIX) or (definition := catalog.view(table)) is None:
+            continue
+        create = sqlglot.parse_one(definition, read="duckdb")
+        body = create.expression if isinstance(create, exp.Create) else None
+        if not isinstance(body, exp.Query):
+            raise UnsupportedQuery(f"view {table.name} cannot be read as a query")
+        alias = exp.TableAlias(this=exp.to_identifier(table.alias_or_name))
+        if isinstance(create.this, exp.Schema):
+            alias.set("columns", [c.copy() for c in create.this.expressions])
+        table.replace(exp.Subquery(this=body, alias=alias))
+        expanded = True
+    return expanded
 
 
 def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[str, _Stand]:

@@ -46,7 +46,9 @@ def test_the_example_scripts_run(tmp_path):
         out, err = process.communicate(timeout=180)
         assert process.returncode == 0, f"{name} failed:\n{err[-3000:]}"
         outputs[name] = out
-    assert "Spent ε = 2 of 2" in outputs["quickstart.py"]
+    quickstart = outputs["quickstart.py"]
+    assert "Spent ε = 3.16 of 4" in quickstart and "plan: EPSILON 2.16" in quickstart
+    assert quickstart.count("(exact ") >= 5 and "expected ± (95%) flights" in quickstart
     glob = outputs["parquet_glob.py"]
     assert "12 Parquet files" in glob and glob.count("┌") == 3 and "±" in glob
     byo = outputs["bring_your_own_duckdb.py"]

@@ -383,3 +383,31 @@ def test_deep_nesting_and_vanishing_epsilon_are_refused(db: privsql.Session) -> 
     assert refused(
         db, "SELECT COUNT(*) FROM ratings PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1e-320"
     ).rule == "option"
+
+# Views: read as the queries they are ---------------------------------------------------------
+
+def test_a_view_that_renames_a_column_to_the_unit_is_a_unit_swap(db: privsql.Session) -> None:
+    con = db._con
+    con.execute("CREATE VIEW swapped AS SELECT row_id AS user_id, note FROM ratings")
+    con.execute("CREATE VIEW over_swapped AS SELECT * FROM swapped")
+    con.execute("CREATE VIEW listed(a, b) AS SELECT row_id, user_id FROM ratings")
+    con.execute("CREATE VIEW kept AS SELECT user_id, rating FROM ratings WHERE rating > 0")
+    for sql in (
+        "SELECT COUNT(*) FROM swapped PRIVACY_UNIT user_id BOUND ROWS 1",
+        "SELECT COUNT(*) FROM over_swapped PRIVACY_UNIT user_id BOUND ROWS 1",
+        "SELECT COUNT(*) FROM listed PRIVACY_UNIT a BOUND ROWS 1",
+    ):
+        assert refused(db, sql).rule == "privacy-unit"
+    for sql in (
+        "SELECT COUNT(*) FROM listed PRIVACY_UNIT b BOUND ROWS 1 EPSILON 1000",
+        "SELECT COUNT(*) FROM kept PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1000",
+    ):
+        assert db.sql(sql).fetchall()[0][0] < 30  # 21 users, one row each
+
+
+def test_a_declared_view_is_governed_by_its_declaration(db: privsql.Session) -> None:
+    db._con.execute("CREATE VIEW notes AS SELECT user_id, note FROM ratings")
+    db.protect("notes", privacy_unit="user_id")
+    r = db.sql("SELECT COUNT(*) FROM notes PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1000")
+    assert r.fetchall()[0][0] < 30
+    assert refused(db, "SELECT COUNT(*) FROM notes PRIVACY_UNIT note").rule == "privacy-unit"

@@ -66,7 +66,7 @@ def test_the_flights_notebook_runs(tmp_path, monkeypatch):
     tables = [h for h in html if "privsql-result" in h]
     assert len(tables) >= 4
     assert all("±" in t for t in tables[:3])
-    assert "ε = 0.5 charged" in tables[0] and "ε remaining" in tables[0]
+    assert "ε = 2 charged" in tables[0] and "ε remaining" in tables[0]
     assert any("stored answer, no cost" in t for t in tables)  # the re-run cell
     # the plot cell shows an image
     assert "image/png" in outputs(by_source["axes = monthly.plot()"])[2]
