@@ -25,7 +25,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 import udfs
-from privsql.accuracy import half_widths
+from privsql.accuracy import bounding_check, half_widths
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.ledger import (
     LOCK_TIMEOUT,
@@ -47,6 +47,7 @@ from rewriter.generate import (
     Functions,
     bounds_sql,
     generate,
+    groups_sql,
     stages,
     threshold_sql,
 )
@@ -85,10 +86,16 @@ class Explanation:
         lines = [f"ε = {self.epsilon:g}, δ = {self.delta:g}"]
         if b:
             cap = b["cap"] if b["cap"] is not None else "AUTO"
+            groups = b["groups"] if b["groups"] is not None else "AUTO"
             lines.append(
                 f"  bounding: {b['strategy']} {cap} per unit and group, "
-                f"at most {b['groups']} groups per unit"
+                f"at most {groups} groups per unit (groups capped first, then rows)"
             )
+            if b.get("group_search"):
+                lines.append(
+                    f"  MAX_GROUPS: chosen privately ({b['group_search']}), "
+                    f"ε = {b['group_epsilon']:g}"
+                )
             if b.get("bounds_estimated"):
                 lines.append(
                     f"  bounds: estimated privately for {', '.join(b['bounds_estimated'])}, "
@@ -110,6 +117,10 @@ class Explanation:
             lines.append(
                 f"  {a['aggregate']}: {a['mechanism']} on {a['measurement']}, "
                 f"ε = {a['epsilon']:g}, {detail}"
+            )
+        if b.get("cut_epsilon"):
+            lines.append(
+                f"  bounding check: Laplace on the cells cut per group, ε = {b['cut_epsilon']:g}"
             )
         if self.partition_selection:
             p = self.partition_selection
@@ -330,10 +341,13 @@ class Session:
             delta=self.delta,
             spent=estimating.epsilon if estimating else 0.0,
         )
-        resolved = query_plan.search is None and estimating is None
+        groups = query_plan.group_search
+        resolved = query_plan.search is None and estimating is None and groups is None
         measurements = {m.name: m for m in query_plan.measurements}
         aggregates = tuple(
-            _mechanism(query_plan, s.aggregate.node, m, resolved or m.kind == "units")
+            _mechanism(
+                query_plan, s.aggregate.node, m, resolved or (m.kind == "units" and not groups)
+            )
             for s in query_plan.statistics
             for m in (measurements[name] for name in s.measurements)
         )
@@ -341,7 +355,12 @@ class Session:
         bounding = {
             "strategy": query_plan.bounding.strategy,
             "cap": query_plan.bounding.cap,
-            "groups": query_plan.bounding.groups,
+            "groups": None if groups else query_plan.bounding.groups,
+            "group_search": f"about {groups.rank} units touching more groups than the cap"
+            if groups
+            else None,
+            "group_epsilon": groups.epsilon if groups else 0.0,
+            "cut_epsilon": query_plan.cut_epsilon,
             "search": None
             if search is None
             else " and ".join(
@@ -489,13 +508,24 @@ class Session:
                 bounded = analysis.with_bounds(estimated)
                 spent = search.epsilon
             query_plan = plan(bounded, epsilon=self.epsilon, delta=self.delta, spent=spent)
+            if query_plan.group_search is not None:  # groups first: rows are capped per cell
+                candidates = query_plan.group_search.candidates
+                summary = engine.row(groups_sql(query_plan, candidates), secret)
+                query_plan = plan(
+                    bounded,
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    spent=spent,
+                    decided_groups=self._group_cap(query_plan, summary),
+                )
             if query_plan.search is not None:
                 summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
             parts = stages(query_plan, FUNCTIONS)
             table = engine.release(parts, secret)
             decided = {
-                "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
+                "caps": query_plan.caps,
+                "groups": query_plan.bounding.groups,
                 "bounds": estimated,
                 "spent": spent,
             }
@@ -508,8 +538,24 @@ class Session:
         """The plan a stored answer was released under: its estimated bounds and caps."""
         decided = json.loads(stored.schema.metadata[DECIDED_KEY])
         analysis = analysis.with_bounds({k: tuple(v) for k, v in decided["bounds"].items()})
-        query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta, spent=decided["spent"])
+        query_plan = plan(
+            analysis,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            spent=decided["spent"],
+            decided_groups=decided.get("groups"),
+        )
         return query_plan.with_caps(decided["caps"])
+
+    def _group_cap(self, query_plan: Plan, summary: Sequence[int]) -> int:
+        """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units
+        touch more than each candidate number of groups, with the group search's ε."""
+        search = query_plan.group_search
+        assert search is not None
+        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
+        return udfs.rank_threshold(
+            search.candidates, units, exceedances, search.rank, search.epsilon, self._rng
+        )
 
     def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
@@ -574,6 +620,7 @@ class Session:
             delta=0.0 if cached else query_plan.delta,
             half_widths=widths,
             cached=cached,
+            check=bounding_check(query_plan, table),
         )
 
 
