@@ -306,6 +306,8 @@ class Session:
                 StoredAnswer(key, released.data, released.table),
             )
         table = post_process(self._con, final, released.table)
+        # The answer carries what was decided privately for it (bounds, caps, MAX_GROUPS).
+        table = table.replace_schema_metadata(released.table.schema.metadata)
         return self._result(table, query_plan, cached=released.plan is None)
 
     def _checked_delta(self, analysis: Analysis) -> float:

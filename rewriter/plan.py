@@ -327,7 +327,8 @@ def plan(
     """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults.
 
     ``spent`` is the part of the query's ε already used to estimate its bounds;
-    ``decided_groups`` the MAX_GROUPS chosen privately for a query that leaves it to AUTO (``group_search``).
+    ``decided_groups`` the MAX_GROUPS chosen privately for a query that leaves it to AUTO
+    (``group_search``).
     Groups are capped first, then rows per (unit, group) cell: the row cap is chosen, and
     enforced, on the cells that survive the group cap.
     """
