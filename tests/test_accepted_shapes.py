@@ -74,7 +74,7 @@ def exact(db, sql: str, keys: dict | None = None) -> list[tuple]:
     session, con = db
     table = _run(con, generate(_plan(session, sql, keys), IDENTITY)).fetch_arrow_table()
     visible = table.drop_columns([CUT_SUPPORT])  # the bounding check's count, hidden
-    return list(zip(*(column.to_pylist() for column in visible.columns)))
+    return list(zip(*(column.to_pylist() for column in visible.columns), strict=True))
 
 
 def _run(con: duckdb.DuckDBPyConnection, statement: str) -> duckdb.DuckDBPyConnection:
