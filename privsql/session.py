@@ -63,7 +63,12 @@ from rewriter.plan import (
     plan,
 )
 
-FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
+FUNCTIONS = Functions(
+    noise="privsql_laplace",
+    keep="privsql_keep",
+    quantile="privsql_quantile",
+    check="privsql_laplace_check",
+)
 DECIDED_KEY = b"privsql.decided"
 """Arrow metadata of a stored answer: the bounds and caps privately chosen for it."""
 Keys = Mapping[str, Sequence[object]]
@@ -420,9 +425,16 @@ class Session:
         (TEMP) macros with the stable names at them: generated SQL, and so the key of a
         stored answer, is the same in every session.
         """
-        names = udfs.register(self._con, rng, suffix=f"_{secrets.token_hex(6)}")
+        # The bounding check draws from its own stream: under a test seed, adding it leaves
+        # every other release's noise as it was.
+        names = udfs.register(
+            self._con, rng, suffix=f"_{secrets.token_hex(6)}", check=rng.independent("check")
+        )
         self._con.execute(
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.noise}(v, s, e) AS {names.laplace}(v, s, e)"
+        )
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.check}(v, s, e) AS {names.check}(v, s, e)"
         )
         self._con.execute(
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.keep}(u, g, e, d) AS {names.keep}(u, g, e, d)"

@@ -50,6 +50,8 @@ class Functions:
     noise: str
     keep: str
     quantile: str
+    check: str | None = None
+    """Releases the bounding check's counts (like ``noise``; ``noise`` itself when None)."""
 
 
 def _sql(node: exp.Expr) -> str:
@@ -587,7 +589,7 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
     noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
     noisy += (
-        f", {functions.noise}(CAST(coalesce(x.__cut, 0) AS HUGEINT), "
+        f", {functions.check or functions.noise}(CAST(coalesce(x.__cut, 0) AS HUGEINT), "
         f"CAST({plan.cut_sensitivity} AS HUGEINT), CAST('{plan.cut_epsilon!r}' AS DOUBLE)) "
         f"AS {CUT_COLUMN}"
     )
