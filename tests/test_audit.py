@@ -35,7 +35,15 @@ import privsql
 import udfs
 from rewriter.analyze import analyze
 from rewriter.generate import bounds_sql, threshold_sql
-from rewriter.plan import BUCKETS, CANDIDATES, MAGNITUDES, Plan, bounds_search, plan
+from rewriter.plan import (
+    BUCKETS,
+    CANDIDATES,
+    CUT_SHARE,
+    MAGNITUDES,
+    Plan,
+    bounds_search,
+    plan,
+)
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -268,10 +276,14 @@ def keys() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
 def test_partition_selection(keys, weaken, full):
     """Non-public GROUP BY keys: the keep decision is (ε_p, δ)-DP at its declared ε_p."""
     con, db = keys
-    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
+    epsilon = 2 / (1 - CUT_SHARE)  # ε_p = 1 after the bounding check's share
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 "
+        f"EPSILON {epsilon!r}"
+    )
     query_plan = planned(db, sql)
     selection = query_plan.partition
-    assert selection.epsilon == 1.0
+    assert selection.epsilon == pytest.approx(1.0)
     units = on_neighbours(con, query_plan, lambda c, p: neighbours.stage(c, p, "__groups"))
     held = [rows[0][1] for rows in units]  # key 0's exact number of units
     assert held == [THRESHOLD - 1, THRESHOLD]
@@ -305,7 +317,10 @@ def test_rank_rule_threshold_search(cells, weaken):
     """The private choice of a BOUND ROWS AUTO cap (AKMV19's rank rule) from the summary the
     SQL computes on D and D' is ε_auto-DP; 100 public groups set the target rank to 10."""
     con, db = cells
-    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO EPSILON 13"
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO MAX_GROUPS 1 "
+        "EPSILON 13"
+    )
     query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(100))}), epsilon=1, delta=0.1)
     search = query_plan.search
     assert (search.rules, search.rank) == (("rank",), 10)
@@ -454,14 +469,14 @@ def test_count_and_sum_end_to_end(copies, weaken):
         while sum(len(o) for o in out) < n:
             result = copies.sql(
                 f"SELECT g, COUNT(*) AS n_{label}_{next(runs)}, SUM({CLAMP}) AS s FROM copies "
-                "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2",
+                "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 2",
                 keys={"g": list(range(GROUPS))},
             ).fetchall()
             out.append(np.array([row[1:] for row in result if row[0] % 2 == neighbour]))
         return np.vstack(out)[:n]
 
     with noise(weaken):
-        report = audit(sample, 2.0, samples=6_000, selection_samples=2_000)
+        report = audit(sample, 2.0 * (1 - CUT_SHARE), samples=6_000, selection_samples=2_000)
     check(report, weaken)
 
 
