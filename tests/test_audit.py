@@ -34,11 +34,12 @@ from exact_release import install
 import privsql
 import udfs
 from rewriter.analyze import analyze
-from rewriter.generate import bounds_sql, threshold_sql
+from rewriter.generate import bounds_sql, groups_sql, threshold_sql
 from rewriter.plan import (
     BUCKETS,
     CANDIDATES,
     CUT_SHARE,
+    GROUPS_SHARE,
     MAGNITUDES,
     Plan,
     bounds_search,
@@ -496,3 +497,91 @@ def test_weakening_is_reachable_only_from_python():
     assert udfs.scale_of(5, 1.0) == shipped
     with pytest.raises(ValueError), weaken_noise_for_tests(0.5):
         pass
+
+
+# -- MAX_GROUPS AUTO and the bounding check --------------------------------------------------
+
+SPREAD = "INSERT INTO visits SELECT 999999, g, 1e12 FROM range({groups}) AS a(g), range(10)"
+"""The neighbouring unit: 10 rows in each of ``groups`` groups (over every cap it meets)."""
+
+
+@pytest.fixture(scope="module")
+def touched() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for MAX_GROUPS AUTO, ``cells`` with groups for rows: 100 units touch 17 groups, 1
+    touches 20 and 9 touch 30 (of 200 public keys). With r = 10 units wanted above the cap,
+    candidates 17 and 26 score at least 2 apart and the rest far below; a unit touching every
+    group raises both counts by one: permute-and-flip's worst case, as in ``cells``."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(110) AS a(u), "
+        "range(30) AS b(g) WHERE g < CASE WHEN u < 100 THEN 17 WHEN u = 100 THEN 20 ELSE 30 END"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_group_cap_search(touched, weaken):
+    """MAX_GROUPS AUTO (AKMV19's rank rule on the number of groups a unit touches) from the
+    summary the SQL computes on D and on D' (D plus a unit in all 200 groups) is ε_g-DP."""
+    con, db = touched
+    groups = 200
+    epsilon = 20 / (1 - GROUPS_SHARE - CUT_SHARE)  # one aggregate's ε 20: r = ⌈200/20⌉
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 "
+        f"EPSILON {epsilon!r}"
+    )
+    query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(groups))}), epsilon=1, delta=0.1)
+    search = query_plan.group_search
+    assert search.rank == 10 and search.candidates[-1] == groups
+    query = groups_sql(query_plan, search.candidates)
+    before = db._engine.row(query, db._ledger.secret)
+    with neighbours.with_rows(con, SPREAD.format(groups=groups)):
+        after = db._engine.row(query, db._ledger.secret)
+    assert after[0] == before[0] + 1  # one more unit, above every candidate below 200
+    summaries = (before, after)
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        return [db._group_cap(query_plan, summaries[neighbour]) for _ in range(n)]
+
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+CHECKED = {
+    "groups-dropped": ("SELECT g, COUNT(*) FROM visits WHERE g < 2 GROUP BY g", 2),
+    "one-group": ("SELECT COUNT(*) FROM visits", 1),
+}
+"""Bounding-check cases: the query (MAX_GROUPS 1, BOUND ROWS 5) and the check's sensitivity."""
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+@pytest.mark.parametrize("case", list(CHECKED))
+def test_bounding_check(visits, case, weaken):
+    """The per-group count of cut cells, released with ``Plan.cut_sensitivity`` at
+    ``Plan.cut_epsilon``, is ε-DP, and detected when the noise is too small. The neighbour
+    has 10 rows in each group: in two public groups under MAX_GROUPS 1 its kept cell is over
+    the row cap and its dropped cell is sampled (L1 move 2 = 2m); without GROUP BY its one
+    cell is over the cap (1 = m). The move is the sensitivity: the neighbour saturates it."""
+    con, db = visits
+    select, sensitivity = CHECKED[case]
+    sql = f"{select} PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 40"
+    keys = {"g": [0, 1]} if "GROUP BY" in select else None
+    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
+
+    def cuts(c: duckdb.DuckDBPyConnection, p: Plan) -> list[int]:
+        return [int(row[-1]) for row in neighbours.stage(c, p)]
+
+    before = cuts(con, query_plan)
+    with neighbours.with_rows(con, SPREAD.format(groups=2)):
+        after = cuts(con, query_plan)
+    moved = sum(abs(a - b) for a, b in zip(after, before, strict=True))
+    assert moved == query_plan.cut_sensitivity == sensitivity
+    exact = (before, after)
+    rng = udfs.SeededRandom(zlib.crc32(case.encode()), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> np.ndarray:
+        sensitivity, epsilon = query_plan.cut_sensitivity, query_plan.cut_epsilon
+        return np.column_stack(
+            [udfs.laplace_release([v] * n, sensitivity, epsilon, rng) for v in exact[neighbour]]
+        )
+
+    with noise(weaken):
+        check(audit(sample, query_plan.cut_epsilon, **sizes(False)), weaken)
