@@ -389,9 +389,9 @@ CUT_COLUMN = "__cut"
 
 def _cuts_per_group(plan: Plan, layout: _Layout) -> str:
     """Per group: kept cells over the smallest row cap, plus the dropped cells of a unit
-    over the group cap whose rank in ``chosen``'s order is in (m, 2m] — a keyed sample of
-    at most m of its dropped cells, so one unit adds at most 1 per group and
-    ``Plan.cut_sensitivity`` over all groups."""
+    over the group cap whose rank in ``chosen``'s order is in (m, m + s], s =
+    ``Plan.dropped_sample`` (all of them under listed keys, else a keyed sample of m), so
+    one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over all groups."""
     keys, cap = layout.keys, plan.bounding.groups
     columns = _list(keys) or "1"
     parts = []
@@ -402,7 +402,7 @@ def _cuts_per_group(plan: Plan, layout: _Layout) -> str:
             f"SELECT {columns} FROM (SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit "
             f"FROM __cells GROUP BY __unit HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
             f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {_group_order(layout)}) "
-            f"BETWEEN {cap + 1} AND {2 * cap})"
+            f"BETWEEN {cap + 1} AND {cap + plan.dropped_sample})"
         )
     cut = "\nUNION ALL\n".join(parts) or f"SELECT {columns} FROM __cells WHERE FALSE"
     by = f" GROUP BY {_list(keys)}" if keys else ""

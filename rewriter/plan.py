@@ -241,12 +241,22 @@ class Plan:
         """L1 sensitivity of the per-group count of cut cells (docs/privacy.md, 3.8).
 
         A unit adds at most 1 to each of its at most MAX_GROUPS kept cells (one over the
-        row cap) and 1 to each of at most MAX_GROUPS sampled dropped cells (the next
-        MAX_GROUPS of its cells in the group cap's keyed order).
+        row cap) and 1 to each of at most ``dropped_sample`` of its dropped cells (the next
+        ones in the group cap's keyed order).
         """
         row_part = self.bounding.groups if self.row_cap is not None else 0
-        group_part = self.bounding.groups if self.groups_may_exceed_cap else 0
+        group_part = self.dropped_sample if self.groups_may_exceed_cap else 0
         return max(1, row_part + group_part)
+
+    @property
+    def dropped_sample(self) -> int:
+        """How many of a unit's cells dropped by the group cap the check counts: all of
+        them when the keys are listed (at most the public groups less MAX_GROUPS), else a
+        keyed sample of MAX_GROUPS."""
+        public = _public_groups(self.analysis)
+        if all(k.size for k in self.analysis.keys) and public > self.bounding.groups:
+            return public - self.bounding.groups
+        return self.bounding.groups
 
     @property
     def needs_rows(self) -> bool:
