@@ -112,3 +112,40 @@ def test_default_intervals_cover_the_truth_or_are_flagged(flights, key):
     honest = covered | np.array(out["flagged"])
     print(f"{key}: covered {covered.mean():.3f}, covered or flagged {honest.mean():.3f}")
     assert honest.mean() >= 0.93
+
+
+def test_stored_answer_replans_from_the_decided_caps(con):
+    """A re-run returns the stored answer, at no cost, with the same intervals, bounding
+    estimates and flags: it is replanned from the MAX_GROUPS and row cap stored with it.
+    ``explain`` shows MAX_GROUPS AUTO's ε part, and the ledger charges the query's ε once."""
+    db = privsql.connect(con, budget=10, seed=3, insecure=True)
+    sql = "SELECT month, COUNT(*) AS n FROM rated GROUP BY month PRIVACY_UNIT user_id EPSILON 1"
+    first = db.sql(sql, keys=MONTHS)
+    again = db.sql(sql, keys=MONTHS)
+    assert again.cached and db.budget.spent == pytest.approx(1.0)
+    assert [c.epsilon for c in db.budget.history] == [pytest.approx(1.0)]
+    assert again.fetchall() == first.fetchall()
+    for view in ("accuracy", "bounding", "flags"):
+        assert getattr(again, view)() == getattr(first, view)(), view
+    explanation = db.explain(sql, keys=MONTHS)
+    assert explanation.bounding["groups"] is None
+    assert explanation.bounding["group_epsilon"] == pytest.approx(0.1)
+    assert explanation.bounding["cut_epsilon"] == pytest.approx(0.05)
+    assert "MAX_GROUPS: chosen privately" in str(explanation)
+    db.close()
+
+
+def test_warning_is_shown_with_flagged_cells(con):
+    """``repr`` and the REPL/CLI cost line carry the warning; the table marks the cells."""
+    from privsql.cli import FLAG, describe_cost, format_table
+
+    db = privsql.connect(con, budget=10, seed=4, insecure=True)
+    sql = "SELECT month, COUNT(*) AS n FROM rated GROUP BY month PRIVACY_UNIT user_id "
+    result = db.sql(sql + "MAX_GROUPS 1 EPSILON 1", keys=MONTHS)
+    flagged = sum(result.flags().column("n").to_pylist())
+    assert flagged > 0
+    warning = result.warning()
+    assert warning.startswith("⚠ bounding cut rows in ") and f" {flagged} of 12 " in warning
+    assert warning in repr(result) and warning in describe_cost(result)
+    assert format_table(result).count(FLAG) == flagged
+    db.close()
