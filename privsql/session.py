@@ -305,7 +305,7 @@ class Session:
             final = released.final
             query_plan = released.plan
             self._ledger.charge(
-                analysis.written,
+                analysis.written + _choices(query_plan),
                 query_plan.epsilon,
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
@@ -682,6 +682,16 @@ def _mechanism(query_plan: Plan, aggregate: exp.Expr, m: Measurement, known: boo
         "interval_epsilon": m.interval_epsilon,
         "scale": scale,
     }
+
+
+def _choices(query_plan: Plan) -> str:
+    """What the ledger's history adds to a query's text: MAX_GROUPS AUTO's choice and ε."""
+    if not query_plan.group_epsilon:
+        return ""
+    return (
+        f"  -- MAX_GROUPS AUTO chose {query_plan.bounding.groups} "
+        f"(ε = {query_plan.group_epsilon:g} of the query's ε)"
+    )
 
 
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:

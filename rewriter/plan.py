@@ -228,6 +228,8 @@ class Plan:
     group_search: GroupSearch | None = None
     cut_epsilon: float = 0.0
     """The ε of the noisy per-group count of cells bounding cut (``cut_sensitivity``)."""
+    group_epsilon: float = 0.0
+    """The ε spent (or to be spent, while ``group_search`` is pending) on MAX_GROUPS AUTO."""
 
     @property
     def row_cap(self) -> int | None:
@@ -408,6 +410,7 @@ def plan(
         search=search,
         group_search=group_search,
         cut_epsilon=cut_epsilon,
+        group_epsilon=group_epsilon,
     )
 
 

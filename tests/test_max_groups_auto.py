@@ -123,7 +123,10 @@ def test_stored_answer_replans_from_the_decided_caps(con):
     first = db.sql(sql, keys=MONTHS)
     again = db.sql(sql, keys=MONTHS)
     assert again.cached and db.budget.spent == pytest.approx(1.0)
-    assert [c.epsilon for c in db.budget.history] == [pytest.approx(1.0)]
+    [charge] = db.budget.history
+    assert charge.epsilon == pytest.approx(1.0)
+    groups = json.loads(first.arrow().schema.metadata[b"privsql.decided"])["groups"]
+    assert charge.query.endswith(f"-- MAX_GROUPS AUTO chose {groups} (ε = 0.1 of the query's ε)")
     assert again.fetchall() == first.fetchall()
     for view in ("accuracy", "bounding", "flags"):
         assert getattr(again, view)() == getattr(first, view)(), view
