@@ -20,7 +20,7 @@ FLAG_RATIO = 0.5
 class BoundingCheck:
     """What bounding cut, per row: the released (noisy) count of the row's group's cells
     (unit, group) that the row or group cap trimmed or dropped — each such cell lost at
-    least one row — and the noise half-width of that count (docs/privacy.md, 3.8).
+    least one row — and the noise half-width of that count (docs/privacy.md, 3.3b).
 
     ``counts`` are the output columns counting rows (COUNT(*), COUNT(col)), whose bias in
     their own units is at least the number of cut cells.

@@ -14,8 +14,8 @@ released values only. Its stages, as CTEs:
              what one unit keeps depends on its own rows only (PERFORMANCE.md)
 ``groups``   per group: distinct units, rows, sums
 ``cuts``     per group: how many cells bounding cut — kept cells over the row cap,
-             and a keyed sample of at most ``m`` of each unit's cells dropped by the
-             group cap (the next ``m`` in ``chosen``'s order)
+             and each unit's cells dropped by the group cap (all of them under listed
+             keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order)
 ``released`` noise added and keys selected, materialised so each noisy value is
              drawn once however often the post-processing reads it
 

@@ -240,7 +240,7 @@ class Plan:
 
     @property
     def cut_sensitivity(self) -> int:
-        """L1 sensitivity of the per-group count of cut cells (docs/privacy.md, 3.8).
+        """L1 sensitivity of the per-group count of cut cells (docs/privacy.md, 3.3b).
 
         A unit adds at most 1 to each of its at most MAX_GROUPS kept cells (one over the
         row cap) and 1 to each of at most ``dropped_sample`` of its dropped cells (the next
