@@ -72,9 +72,10 @@ def _plan(session: privsql.Session, sql: str, keys: dict | None = None) -> Plan:
 def exact(db, sql: str, keys: dict | None = None) -> list[tuple]:
     """The query's answer with no noise: the generated SQL with identity release functions."""
     session, con = db
-    table = _run(con, generate(_plan(session, sql, keys), IDENTITY)).fetch_arrow_table()
-    visible = table.drop_columns([CUT_SUPPORT])  # the bounding check's count, hidden
-    return list(zip(*(column.to_pylist() for column in visible.columns), strict=True))
+    cursor = _run(con, generate(_plan(session, sql, keys), IDENTITY))
+    rows = cursor.fetchall()
+    hidden = [d[0] for d in cursor.description].index(CUT_SUPPORT)  # the bounding check
+    return [row[:hidden] + row[hidden + 1 :] for row in rows]
 
 
 def _run(con: duckdb.DuckDBPyConnection, statement: str) -> duckdb.DuckDBPyConnection:

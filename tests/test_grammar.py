@@ -208,7 +208,7 @@ def released_columns(db: privsql.Session, sql: str) -> tuple[exp.Select, exp.Sel
     return ctes["__released"], statement
 
 
-NOISE = {FUNCTIONS.noise, FUNCTIONS.quantile}
+NOISE = {FUNCTIONS.noise, FUNCTIONS.quantile, FUNCTIONS.check}
 
 
 def assert_released_values_are_noisy(db: privsql.Session, sql: str) -> None:
