@@ -69,7 +69,8 @@ def session(seed: int) -> privsql.Session:
     con = duckdb.connect()
     con.execute(DATA)
     con.execute(SITES)
-    db = privsql.connect(con, budget=1e9, epsilon=1.0, seed=seed, insecure=True)
+    # Budgets that never run out (δ too: many generated queries select private keys).
+    db = privsql.connect(con, budget=1e9, delta_budget=0.5, epsilon=1.0, seed=seed, insecure=True)
     db.protect("visits", privacy_unit="user_id", keys={"site": ["a", "b", "c"]})
     db.protect("orders", privacy_unit="uid")
     db.public("sites")
