@@ -20,8 +20,9 @@ import privsql
 MONTHS = {"month": list(range(1, 13))}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A fresh database per test: its ledger (and stored answers) start empty."""
     connection = duckdb.connect()
     shapes.ratings(connection)
     # Each user rates in about 12 months (11.8 on average): many groups per unit.
