@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 import udfs
-from privsql.result import HalfWidth
+from privsql.result import BoundingCheck, HalfWidth
 from rewriter.analyze import AggregateKind
 from rewriter.dialect import to_sql
-from rewriter.generate import output_name, support_name
+from rewriter.generate import CUT_SUPPORT, output_name, support_name
 from rewriter.plan import Measurement, Plan, Spread, Statistic
 
 SINGLE = (
@@ -45,6 +45,29 @@ def half_widths(plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
             name = output_name(item)
             widths[name] = _half_width(plan, statistic, parts, table, name)
     return widths
+
+
+ROW_COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES)
+"""Counts whose bias, in rows, is at least the number of cells bounding cut."""
+
+
+def bounding_check(plan: Plan, table: pa.Table) -> BoundingCheck | None:
+    """The released per-row count of cut cells and its noise half-width (post-processing)."""
+    if CUT_SUPPORT not in table.column_names:
+        return None
+    statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
+    counts = frozenset(
+        output_name(item)
+        for item in plan.analysis.select.expressions
+        if (statistic := statistics.get(to_sql(item.unalias()))) is not None
+        and statistic.aggregate.kind in ROW_COUNTS
+    )
+    sensitivity, epsilon = plan.cut_sensitivity, plan.cut_epsilon
+    return BoundingCheck(
+        cut=_column(table, CUT_SUPPORT),
+        cut_width=lambda alpha: udfs.laplace_halfwidth(sensitivity, epsilon, alpha),
+        counts=counts,
+    )
 
 
 def _half_width(

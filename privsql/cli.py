@@ -128,14 +128,29 @@ class Column:
 _TYPE_NAMES = {"string": "varchar", "large_string": "varchar", "bool": "boolean"}
 
 
+FLAG = "⚠"
+"""Marks a cell whose interval bounding may have made untrue (``Result.flags``)."""
+
+
+def flagged_interval(cell: tuple[str, str], flagged: bool | None) -> tuple[str, str]:
+    """A formatted (value, interval) with FLAG after the interval when ``flagged``."""
+    value, interval = cell
+    return (value, f"{interval} {FLAG}") if flagged and interval else cell
+
+
 def _columns(result: Result, alpha: float) -> list[Column]:
     table = result.arrow()
     widths = result.accuracy(alpha)
+    flags = result.flags(alpha)
     columns = []
     for field, data in zip(table.schema, table.columns, strict=True):
         values = data.to_pylist()
         half_widths = widths.column(field.name).to_pylist()
-        cells = [format_interval(v, w) for v, w in zip(values, half_widths, strict=True)]
+        marks = flags.column(field.name).to_pylist()
+        cells = [
+            flagged_interval(format_interval(v, w), m)
+            for v, w, m in zip(values, half_widths, marks, strict=True)
+        ]
         kind = field.type
         numeric = (
             pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
@@ -286,7 +301,8 @@ def format_result(
 def describe_cost(
     result: Result, budget: privsql.Budget | None = None, alpha: float = ALPHA
 ) -> str:
-    """One line: rows, what the answer cost and, given the budget, what remains."""
+    """One line: rows, what the answer cost and, given the budget, what remains; then, if
+    bounding cut enough to make some intervals untrue, a line saying so (``Result.warning``)."""
     rows = len(result)
     parts = [f"{rows} row{'s' if rows != 1 else ''}"]
     if result.cached:
@@ -302,7 +318,8 @@ def describe_cost(
         parts.append(f"ε remaining {budget.remaining:g} of {budget.total:g}")
         if result.delta and not result.cached:
             parts.append(f"δ remaining {budget.delta_remaining:g} of {budget.delta_total:g}")
-    return " · ".join(parts)
+    warning = result.warning(alpha)
+    return " · ".join(parts) + (f"\n{warning}" if warning else "")
 
 
 def error_line(error: BaseException) -> tuple[str, int]:

@@ -90,10 +90,16 @@ class Explanation:
         lines = [f"ε = {self.epsilon:g}, δ = {self.delta:g}"]
         if b:
             cap = b["cap"] if b["cap"] is not None else "AUTO"
+            groups = b["groups"] if b["groups"] is not None else "AUTO"
             lines.append(
                 f"  bounding: {b['strategy']} {cap} per unit and group, "
-                f"at most {b['groups']} groups per unit"
+                f"at most {groups} groups per unit (groups capped first, then rows)"
             )
+            if b.get("group_search"):
+                lines.append(
+                    f"  MAX_GROUPS: chosen privately ({b['group_search']}), "
+                    f"ε = {b['group_epsilon']:g}"
+                )
             if b.get("bounds_estimated"):
                 lines.append(
                     f"  bounds: estimated privately for {', '.join(b['bounds_estimated'])}, "
@@ -115,6 +121,10 @@ class Explanation:
             lines.append(
                 f"  {a['aggregate']}: {a['mechanism']} on {a['measurement']}, "
                 f"ε = {a['epsilon']:g}, {detail}"
+            )
+        if b.get("cut_epsilon"):
+            lines.append(
+                f"  bounding check: Laplace on the cells cut per group, ε = {b['cut_epsilon']:g}"
             )
         lines += [f"  expected {line}" for line in self._widths()]
         if self.partition_selection:
@@ -185,11 +195,12 @@ def explain(
         )
     else:
         query_plan = plan(analysis, epsilon=epsilon, delta=delta)
-    resolved = query_plan.search is None and estimating is None
+    groups = query_plan.group_search
+    resolved = query_plan.search is None and estimating is None and groups is None
     measurements = {m.name: m for m in query_plan.measurements}
     names = _output_names(query_plan)
     aggregates = tuple(
-        _mechanism(query_plan, s, m, resolved or m.kind == "units", names)
+        _mechanism(query_plan, s, m, resolved or (m.kind == "units" and not groups), names)
         for s in query_plan.statistics
         for m in (measurements[name] for name in s.measurements)
     )
@@ -204,7 +215,12 @@ def explain(
     bounding = {
         "strategy": query_plan.bounding.strategy,
         "cap": query_plan.bounding.cap,
-        "groups": query_plan.bounding.groups,
+        "groups": None if groups else query_plan.bounding.groups,
+        "group_search": f"about {groups.rank} units touching more groups than the cap"
+        if groups
+        else None,
+        "group_epsilon": groups.epsilon if groups else 0.0,
+        "cut_epsilon": query_plan.cut_epsilon,
         "search": None
         if search is None
         else " and ".join(

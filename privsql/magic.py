@@ -115,29 +115,32 @@ def html_table(result: privsql.Result, alpha: float = ALPHA, note: str = "") -> 
     """An HTML table of the result; a noisy cell is ``value <span>± w</span>``."""
     import pyarrow as pa
 
-    from privsql.cli import describe_cost, format_interval
+    from privsql.cli import describe_cost, flagged_interval, format_interval
 
     table = result.arrow()
     widths = result.accuracy(alpha)
+    flags = result.flags(alpha)
     head = "".join(f"<th>{html.escape(name)}</th>" for name in table.column_names)
     rows = []
     columns = [
         (
             table.column(i).to_pylist(),
             widths.column(i).to_pylist(),
+            flags.column(i).to_pylist(),
             pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t),
         )
         for i, t in enumerate(table.schema.types)
     ]
     for r in range(table.num_rows):
         cells = []
-        for values, half_widths, numeric in columns:
-            value, interval = format_interval(values[r], half_widths[r])
+        for values, half_widths, marks, numeric in columns:
+            cell = format_interval(values[r], half_widths[r])
+            value, interval = flagged_interval(cell, marks[r])
             extra = f'<span class="pm">{html.escape(interval)}</span>' if interval else ""
             kind = "num" if numeric else "txt"
             cells.append(f'<td class="{kind}">{html.escape(value)}{extra}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    caption = html.escape(note or describe_cost(result, alpha=alpha))
+    caption = html.escape(note or describe_cost(result, alpha=alpha)).replace("\n", "<br>")
     return (
         f'{_CSS}<table class="dataframe privsql-result"><caption>{caption}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

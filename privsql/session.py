@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 import udfs
-from privsql.accuracy import half_widths
+from privsql.accuracy import bounding_check, half_widths
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
@@ -46,6 +46,7 @@ from rewriter.generate import (
     SUPPORT_PREFIX,
     Functions,
     bounds_sql,
+    groups_sql,
     stages,
     threshold_sql,
 )
@@ -59,7 +60,12 @@ from rewriter.plan import (
     plan,
 )
 
-FUNCTIONS = Functions(noise="privsql_laplace", keep="privsql_keep", quantile="privsql_quantile")
+FUNCTIONS = Functions(
+    noise="privsql_laplace",
+    keep="privsql_keep",
+    quantile="privsql_quantile",
+    check="privsql_laplace_check",
+)
 DECIDED_KEY = b"privsql.decided"
 """Arrow metadata of a stored answer: the bounds and caps privately chosen for it."""
 Keys = Mapping[str, Sequence[object]]
@@ -233,7 +239,7 @@ class Session:
             final = released.final
             query_plan = released.plan
             self._ledger.charge(
-                analysis.written,
+                analysis.written + _choices(query_plan),
                 query_plan.epsilon,
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
@@ -337,9 +343,16 @@ class Session:
         (TEMP) macros with the stable names at them: generated SQL, and so the key of a
         stored answer, is the same in every session.
         """
-        names = udfs.register(self._con, rng, suffix=f"_{secrets.token_hex(6)}")
+        # The bounding check draws from its own stream: under a test seed, adding it leaves
+        # every other release's noise as it was.
+        names = udfs.register(
+            self._con, rng, suffix=f"_{secrets.token_hex(6)}", check=rng.independent("check")
+        )
         self._con.execute(
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.noise}(v, s, e) AS {names.laplace}(v, s, e)"
+        )
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.check}(v, s, e) AS {names.check}(v, s, e)"
         )
         self._con.execute(
             f"CREATE OR REPLACE TEMP MACRO {FUNCTIONS.keep}(u, g, e, d) AS {names.keep}(u, g, e, d)"
@@ -436,13 +449,24 @@ class Session:
                 bounded = analysis.with_bounds(estimated)
                 spent = search.epsilon
             query_plan = plan(bounded, epsilon=self.epsilon, delta=self.delta, spent=spent)
+            if query_plan.group_search is not None:  # groups first: rows are capped per cell
+                candidates = query_plan.group_search.candidates
+                summary = engine.row(groups_sql(query_plan, candidates), secret)
+                query_plan = plan(
+                    bounded,
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    spent=spent,
+                    decided_groups=self._group_cap(query_plan, summary),
+                )
             if query_plan.search is not None:
                 summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
                 query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
             parts = stages(query_plan, FUNCTIONS)
             table = engine.release(parts, secret)
             decided = {
-                "caps": dict(query_plan.bounding.caps) or {"rank": query_plan.bounding.cap},
+                "caps": query_plan.caps,
+                "groups": query_plan.bounding.groups,
                 "bounds": estimated,
                 "spent": spent,
             }
@@ -469,8 +493,24 @@ class Session:
         """The plan a stored answer was released under: its estimated bounds and caps."""
         decided = json.loads(stored.schema.metadata[DECIDED_KEY])
         analysis = analysis.with_bounds({k: tuple(v) for k, v in decided["bounds"].items()})
-        query_plan = plan(analysis, epsilon=self.epsilon, delta=self.delta, spent=decided["spent"])
+        query_plan = plan(
+            analysis,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            spent=decided["spent"],
+            decided_groups=decided.get("groups"),
+        )
         return query_plan.with_caps(decided["caps"])
+
+    def _group_cap(self, query_plan: Plan, summary: Sequence[int]) -> int:
+        """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units
+        touch more than each candidate number of groups, with the group search's ε."""
+        search = query_plan.group_search
+        assert search is not None
+        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
+        return udfs.rank_threshold(
+            search.candidates, units, exceedances, search.rank, search.epsilon, self._rng
+        )
 
     def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
@@ -535,6 +575,7 @@ class Session:
             delta=0.0 if cached else query_plan.delta,
             half_widths=widths,
             cached=cached,
+            check=bounding_check(query_plan, table),
         )
 
 
@@ -555,6 +596,16 @@ def _file_identity(path: str) -> str:
     except OSError:
         return os.path.realpath(expanded)
     return f"{status.st_dev}:{status.st_ino}"
+
+
+def _choices(query_plan: Plan) -> str:
+    """What the ledger's history adds to a query's text: MAX_GROUPS AUTO's choice and ε."""
+    if not query_plan.group_epsilon:
+        return ""
+    return (
+        f"  -- MAX_GROUPS AUTO chose {query_plan.bounding.groups} "
+        f"(ε = {query_plan.group_epsilon:g} of the query's ε)"
+    )
 
 
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:

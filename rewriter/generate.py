@@ -13,6 +13,9 @@ released values only. Its stages, as CTEs:
              smallest keyed hash of the row's content (ties broken by content), so
              what one unit keeps depends on its own rows only (PERFORMANCE.md)
 ``groups``   per group: distinct units, rows, sums
+``cuts``     per group: how many cells bounding cut — kept cells over the row cap,
+             and each unit's cells dropped by the group cap (all of them under listed
+             keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order)
 ``released`` noise added and keys selected, materialised so each noisy value is
              drawn once however often the post-processing reads it
 
@@ -47,6 +50,8 @@ class Functions:
     noise: str
     keep: str
     quantile: str
+    check: str | None = None
+    """Releases the bounding check's counts (like ``noise``; ``noise`` itself when None)."""
 
 
 def _sql(node: exp.Expr) -> str:
@@ -160,10 +165,11 @@ def stages(plan: Plan, functions: Functions) -> Stages:
         ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
         ctes["__groups"] = _groups(layout.keys, layout.sums)
     ctes.update(_histograms(plan, layout))
+    ctes[CUTS] = _cuts_per_group(plan, layout)
     domains = _domains(plan, layout.keys)
     ctes.update(domains)
     counts = tuple(f"__counts{i}" for i in range(len(layout.histograms)))
-    outputs = (*(("__groups",) if grouped else ()), *counts, *domains)
+    outputs = (*(("__groups",) if grouped else ()), *counts, CUTS, *domains)
     columns = _measured_columns(plan.measurements, layout.sums)
     release = _histogram_lists(layout)
     release[RELEASED] = _released(plan, layout, columns, functions)
@@ -208,6 +214,20 @@ def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
         f"{_with(_common(plan, layout))}\n"
         f"SELECT count(*) AS __units, {', '.join(counts)} FROM ({largest})"
     )
+
+
+def groups_sql(plan: Plan, candidates: Sequence[int]) -> str:
+    """One row: the number of units, then how many touch more than each candidate number
+    of groups — the only input of MAX_GROUPS AUTO (per-unit counts, never rows; adding or
+    removing a unit moves each count by at most one)."""
+    layout = _Layout.of(plan)
+    common = _common(plan, layout)
+    ctes = {name: common[name] for name in ("__source", "__cells")}
+    counts = "".join(
+        f", count(*) FILTER (WHERE __groups > {c}) AS __over{i}" for i, c in enumerate(candidates)
+    )
+    touched = "SELECT __unit, count(*) AS __groups FROM __cells GROUP BY __unit"
+    return f"{_with(ctes)}\nSELECT count(*) AS __units{counts} FROM ({touched})"
 
 
 def bounds_sql(
@@ -355,9 +375,9 @@ def _chosen(plan: Plan, layout: _Layout) -> str:
     cells of units over the cap are ranked, by keyed hash of (unit, key)."""
     if not plan.groups_may_exceed_cap:
         return "SELECT * FROM __cells"
-    cap, keys = plan.bounding.groups, layout.keys
+    cap = plan.bounding.groups
     columns = _list([*layout.cell, "__rows", *layout.sums], "c.")
-    order = f"hash({SECRET}, c.__unit, {_list(keys, 'c.')}), {_list(keys, 'c.')}"
+    order = _group_order(layout)
     return (
         "SELECT c.* FROM __cells AS c JOIN (SELECT __unit, count(*) AS __groups FROM __cells "
         f"GROUP BY __unit) AS u ON c.__unit = u.__unit WHERE u.__groups <= {cap}\n"
@@ -366,6 +386,41 @@ def _chosen(plan: Plan, layout: _Layout) -> str:
         f"HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
         f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {order}) <= {cap}"
     )
+
+
+def _group_order(layout: _Layout) -> str:
+    """The group cap's order among a unit's cells: keyed hash of (unit, key), ties by key."""
+    keys = layout.keys
+    return f"hash({SECRET}, c.__unit, {_list(keys, 'c.')}), {_list(keys, 'c.')}"
+
+
+CUTS = "__cuts"
+"""The CTE counting, per group, the cells bounding cut."""
+
+CUT_COLUMN = "__cut"
+"""The released (noisy) count of cut cells of each group."""
+
+
+def _cuts_per_group(plan: Plan, layout: _Layout) -> str:
+    """Per group: kept cells over the smallest row cap, plus the dropped cells of a unit
+    over the group cap whose rank in ``chosen``'s order is in (m, m + s], s =
+    ``Plan.dropped_sample`` (all of them under listed keys, else a keyed sample of m), so
+    one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over all groups."""
+    keys, cap = layout.keys, plan.bounding.groups
+    columns = _list(keys) or "1"
+    parts = []
+    if plan.row_cap is not None:
+        parts.append(f"SELECT {columns} FROM __chosen WHERE __rows > {plan.row_cap}")
+    if plan.groups_may_exceed_cap:
+        parts.append(
+            f"SELECT {columns} FROM (SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit "
+            f"FROM __cells GROUP BY __unit HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
+            f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {_group_order(layout)}) "
+            f"BETWEEN {cap + 1} AND {cap + plan.dropped_sample})"
+        )
+    cut = "\nUNION ALL\n".join(parts) or f"SELECT {columns} FROM __cells WHERE FALSE"
+    by = f" GROUP BY {_list(keys)}" if keys else ""
+    return f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __cut FROM ({cut}){by}"
 
 
 def _same_cell(keys: list[str], left: str, right: str) -> str:
@@ -547,6 +602,11 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
     keys = layout.keys
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
     noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
+    noisy += (
+        f", {functions.check or functions.noise}(CAST(coalesce(x.__cut, 0) AS HUGEINT), "
+        f"CAST({plan.cut_sensitivity} AS HUGEINT), CAST('{plan.cut_epsilon!r}' AS DOUBLE)) "
+        f"AS {CUT_COLUMN}"
+    )
     grouped = _uses_groups(plan)
     if keys and plan.partition is None:
         domain = " CROSS JOIN ".join(_domains(plan, keys))
@@ -562,6 +622,7 @@ def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: F
         outer = "g"
     for i in range(len(layout.histograms)):
         select += f" LEFT JOIN __hist{i} AS h{i} ON {_same_keys(keys, outer, f'h{i}')}"
+    select += f" LEFT JOIN {CUTS} AS x ON {_same_keys(keys, outer, 'x')}"
     if plan.partition is not None:
         p = plan.partition
         select += (
@@ -639,7 +700,11 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
         for item in analysis.select.expressions
     ]
     query = exp.Select(
-        expressions=[*outputs, *_support_columns(plan)],
+        expressions=[
+            *outputs,
+            *_support_columns(plan),
+            exp.alias_(exp.column(CUT_COLUMN), CUT_SUPPORT, quoted=True),
+        ],
         from_=exp.From(this=exp.Table(this=exp.to_identifier("__released"))),
     )
     having = analysis.select.args.get("having")
@@ -658,6 +723,9 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
 
 SUPPORT_PREFIX = "__privsql_"
 """Hidden output columns: the noisy parts behind an output, for its interval."""
+
+CUT_SUPPORT = f"{SUPPORT_PREFIX}cut"
+"""The hidden output column carrying each row's noisy count of cut cells."""
 
 
 def support_name(role: str, output: str) -> str:

@@ -24,7 +24,8 @@ class PrivacyOptions:
     unit: exp.Column
     strategy: str | None
     threshold: int | str | None
-    max_groups: int
+    max_groups: int | None
+    """MAX_GROUPS g, or None: chosen privately (MAX_GROUPS AUTO, the default)."""
     epsilon: float | None
     delta: float | None
 
@@ -82,7 +83,7 @@ def read_options(clause: PrivacyUnit) -> PrivacyOptions:
         unit=clause.this,
         strategy=strategy,
         threshold=threshold,
-        max_groups=_count(clause.args.get("max_groups"), "MAX_GROUPS") or 1,
+        max_groups=_count(clause.args.get("max_groups"), "MAX_GROUPS"),
         epsilon=_positive(clause.args.get("epsilon"), "EPSILON"),
         delta=delta,
     )

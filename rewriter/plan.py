@@ -72,6 +72,12 @@ WEIGHT_BITS = 20
 AUTO_SHARE = 0.15
 """The share of a query's ε spent choosing an AUTO threshold."""
 
+GROUPS_SHARE = 0.1
+"""The share of a query's ε spent choosing MAX_GROUPS when the query leaves it to AUTO."""
+
+CUT_SHARE = 0.05
+"""The share of a query's ε spent on the noisy count of what bounding cut, per group."""
+
 BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
 
@@ -163,7 +169,7 @@ class Bounding:
     ``cap`` is rows per unit and group: ``k`` of AKMV19's sample limiting (ROWS), ``h``
     of EMMMR20's weighted averaging (WEIGHTS), or RT24's row count ``n`` with
     ``T = U·n`` (CLIP); ``None`` until an AUTO threshold is chosen. ``groups`` is
-    MAX_GROUPS (1 without GROUP BY).
+    MAX_GROUPS (1 without GROUP BY; a placeholder 1 while ``Plan.group_search`` is pending).
     """
 
     strategy: str
@@ -192,6 +198,22 @@ class ThresholdSearch:
 
 
 @dataclass(frozen=True)
+class GroupSearch:
+    """MAX_GROUPS to choose privately (MAX_GROUPS AUTO) before the row cap is.
+
+    AKMV19 sec. 3's rule on the number of groups a unit touches: about ``rank`` units
+    touch more than the chosen cap, ``rank`` = ⌈G/ε_a⌉ with G the released groups and ε_a
+    an aggregate's ε (raising the cap by one adds one cell's cap of noise to each of the G
+    groups and keeps one more cell of each unit above it). ``candidates`` are the caps
+    considered, never more than the number of public groups when the keys are listed.
+    """
+
+    epsilon: float
+    rank: int
+    candidates: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the generator needs, and everything ``explain`` shows."""
 
@@ -203,6 +225,40 @@ class Plan:
     epsilon: float
     delta: float
     search: ThresholdSearch | None = None
+    group_search: GroupSearch | None = None
+    cut_epsilon: float = 0.0
+    """The ε of the noisy per-group count of cells bounding cut (``cut_sensitivity``)."""
+    group_epsilon: float = 0.0
+    """The ε spent (or to be spent, while ``group_search`` is pending) on MAX_GROUPS AUTO."""
+
+    @property
+    def row_cap(self) -> int | None:
+        """The smallest row cap any measurement is bounded by (None: no measurement reads
+        rows, e.g. COUNT(DISTINCT unit) alone, so no row cap cuts anything)."""
+        rows = [m for m in self.measurements if m.kind != "units"]
+        return min(self.cap(m) for m in rows) if rows else None
+
+    @property
+    def cut_sensitivity(self) -> int:
+        """L1 sensitivity of the per-group count of cut cells (docs/privacy.md, 3.3b).
+
+        A unit adds at most 1 to each of its at most MAX_GROUPS kept cells (one over the
+        row cap) and 1 to each of at most ``dropped_sample`` of its dropped cells (the next
+        ones in the group cap's keyed order).
+        """
+        row_part = self.bounding.groups if self.row_cap is not None else 0
+        group_part = self.dropped_sample if self.groups_may_exceed_cap else 0
+        return max(1, row_part + group_part)
+
+    @property
+    def dropped_sample(self) -> int:
+        """How many of a unit's cells dropped by the group cap the check counts: all of
+        them when the keys are listed (at most the public groups less MAX_GROUPS), else a
+        keyed sample of MAX_GROUPS."""
+        public = _public_groups(self.analysis)
+        if all(k.size for k in self.analysis.keys) and public > self.bounding.groups:
+            return public - self.bounding.groups
+        return self.bounding.groups
 
     @property
     def needs_rows(self) -> bool:
@@ -245,6 +301,11 @@ class Plan:
         per_cell = self.cap(measurement) * measurement.bound << measurement.weight_bits
         return max(1, self.bounding.groups * per_cell)
 
+    @property
+    def caps(self) -> dict[str, int]:
+        """The decided caps, as a stored answer keeps them (``with_caps`` takes them back)."""
+        return dict(self.bounding.caps) or {"rank": self.bounding.cap}
+
     def with_cap(self, cap: int) -> Plan:
         """This plan with every cap fixed at ``cap``."""
         return replace(self, bounding=replace(self.bounding, cap=cap), search=None)
@@ -267,16 +328,35 @@ def charged_delta(analysis: Analysis, delta: float) -> float:
     return (analysis.options.delta or delta) if private_keys else 0.0
 
 
-def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0) -> Plan:
+def plan(
+    analysis: Analysis,
+    *,
+    epsilon: float,
+    delta: float,
+    spent: float = 0.0,
+    decided_groups: int | None = None,
+) -> Plan:
     """Choose bounding, sensitivities and ε shares; ``epsilon``/``delta`` are session defaults.
 
-    ``spent`` is the part of the query's ε already used to estimate its bounds.
+    ``spent`` is the part of the query's ε already used to estimate its bounds;
+    ``decided_groups`` the MAX_GROUPS chosen privately for a query that leaves it to AUTO
+    (``group_search``).
+    Groups are capped first, then rows per (unit, group) cell: the row cap is chosen, and
+    enforced, on the cells that survive the group cap.
     """
     if analysis.unbounded:
         raise ValueError("estimate the missing bounds first (bounds_search)")
     options = analysis.options
     total_epsilon = options.epsilon or epsilon
-    groups = options.max_groups if analysis.keys else 1
+    auto_groups = bool(analysis.keys) and options.max_groups is None
+    group_epsilon = total_epsilon * GROUPS_SHARE if auto_groups else 0.0
+    cut_epsilon = total_epsilon * CUT_SHARE
+    if not analysis.keys:
+        groups = 1
+    elif options.max_groups is not None:
+        groups = options.max_groups
+    else:
+        groups = decided_groups or 1
     strategy = options.strategy or "AUTO"
     automatic = strategy == "AUTO" or options.threshold == AUTO or strategy == "CLIP"
     if strategy == "AUTO":
@@ -290,7 +370,7 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
     shares = len(analysis.aggregates) + (1 if private_keys else 0)
     if shares == 0:
         raise UnsupportedQuery("the query releases nothing private: add a DP aggregate")
-    share = (total_epsilon - spent - search_epsilon) / shares
+    share = (total_epsilon - spent - search_epsilon - group_epsilon - cut_epsilon) / shares
     cap = None if automatic else int(options.threshold or 0)
     if cap is not None and cap < 1:
         raise InvalidOption(f"BOUND {strategy} needs a threshold, e.g. BOUND {strategy} 10")
@@ -312,6 +392,12 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
         search = ThresholdSearch(
             rules or ("rank",), search_epsilon, rank, half_range, released * groups * groups
         )
+    group_search = None
+    if auto_groups and decided_groups is None:
+        released = _public_groups(analysis)
+        group_search = GroupSearch(
+            group_epsilon, math.ceil(released / share), _group_candidates(analysis)
+        )
     query_delta = charged_delta(analysis, delta)
     return Plan(
         analysis=analysis,
@@ -322,6 +408,9 @@ def plan(analysis: Analysis, *, epsilon: float, delta: float, spent: float = 0.0
         epsilon=total_epsilon,
         delta=query_delta,
         search=search,
+        group_search=group_search,
+        cut_epsilon=cut_epsilon,
+        group_epsilon=group_epsilon,
     )
 
 
@@ -341,6 +430,15 @@ def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
         return None
     total = analysis.options.epsilon or epsilon
     return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE)
+
+
+def _group_candidates(analysis: Analysis) -> tuple[int, ...]:
+    """MAX_GROUPS AUTO's candidates: the AUTO grid, up to the number of listed public keys
+    (which no unit can exceed) and that number itself."""
+    if not all(k.size for k in analysis.keys):
+        return CANDIDATES
+    public = _public_groups(analysis)
+    return tuple(sorted({*(c for c in CANDIDATES if c < public), public}))
 
 
 def _public_groups(analysis: Analysis) -> int:

@@ -34,8 +34,17 @@ from exact_release import install
 import privsql
 import udfs
 from rewriter.analyze import analyze
-from rewriter.generate import bounds_sql, threshold_sql
-from rewriter.plan import BUCKETS, CANDIDATES, MAGNITUDES, Plan, bounds_search, plan
+from rewriter.generate import bounds_sql, groups_sql, threshold_sql
+from rewriter.plan import (
+    BUCKETS,
+    CANDIDATES,
+    CUT_SHARE,
+    GROUPS_SHARE,
+    MAGNITUDES,
+    Plan,
+    bounds_search,
+    plan,
+)
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -268,10 +277,14 @@ def keys() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
 def test_partition_selection(keys, weaken, full):
     """Non-public GROUP BY keys: the keep decision is (ε_p, δ)-DP at its declared ε_p."""
     con, db = keys
-    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
+    epsilon = 2 / (1 - CUT_SHARE)  # ε_p = 1 after the bounding check's share
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 "
+        f"EPSILON {epsilon!r}"
+    )
     query_plan = planned(db, sql)
     selection = query_plan.partition
-    assert selection.epsilon == 1.0
+    assert selection.epsilon == pytest.approx(1.0)
     units = on_neighbours(con, query_plan, lambda c, p: neighbours.stage(c, p, "__groups"))
     held = [rows[0][1] for rows in units]  # key 0's exact number of units
     assert held == [THRESHOLD - 1, THRESHOLD]
@@ -305,7 +318,10 @@ def test_rank_rule_threshold_search(cells, weaken):
     """The private choice of a BOUND ROWS AUTO cap (AKMV19's rank rule) from the summary the
     SQL computes on D and D' is ε_auto-DP; 100 public groups set the target rank to 10."""
     con, db = cells
-    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO EPSILON 13"
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO MAX_GROUPS 1 "
+        "EPSILON 13"
+    )
     query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(100))}), epsilon=1, delta=0.1)
     search = query_plan.search
     assert (search.rules, search.rank) == (("rank",), 10)
@@ -454,14 +470,14 @@ def test_count_and_sum_end_to_end(copies, weaken):
         while sum(len(o) for o in out) < n:
             result = copies.sql(
                 f"SELECT g, COUNT(*) AS n_{label}_{next(runs)}, SUM({CLAMP}) AS s FROM copies "
-                "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2",
+                "GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 2",
                 keys={"g": list(range(GROUPS))},
             ).fetchall()
             out.append(np.array([row[1:] for row in result if row[0] % 2 == neighbour]))
         return np.vstack(out)[:n]
 
     with noise(weaken):
-        report = audit(sample, 2.0, samples=6_000, selection_samples=2_000)
+        report = audit(sample, 2.0 * (1 - CUT_SHARE), samples=6_000, selection_samples=2_000)
     check(report, weaken)
 
 
@@ -481,3 +497,91 @@ def test_weakening_is_reachable_only_from_python():
     assert udfs.scale_of(5, 1.0) == shipped
     with pytest.raises(ValueError), weaken_noise_for_tests(0.5):
         pass
+
+
+# -- MAX_GROUPS AUTO and the bounding check --------------------------------------------------
+
+SPREAD = "INSERT INTO visits SELECT 999999, g, 1e12 FROM range({groups}) AS a(g), range(10)"
+"""The neighbouring unit: 10 rows in each of ``groups`` groups (over every cap it meets)."""
+
+
+@pytest.fixture(scope="module")
+def touched() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for MAX_GROUPS AUTO, ``cells`` with groups for rows: 100 units touch 17 groups, 1
+    touches 20 and 9 touch 30 (of 200 public keys). With r = 10 units wanted above the cap,
+    candidates 17 and 26 score at least 2 apart and the rest far below; a unit touching every
+    group raises both counts by one: permute-and-flip's worst case, as in ``cells``."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(110) AS a(u), "
+        "range(30) AS b(g) WHERE g < CASE WHEN u < 100 THEN 17 WHEN u = 100 THEN 20 ELSE 30 END"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_group_cap_search(touched, weaken):
+    """MAX_GROUPS AUTO (AKMV19's rank rule on the number of groups a unit touches) from the
+    summary the SQL computes on D and on D' (D plus a unit in all 200 groups) is ε_g-DP."""
+    con, db = touched
+    groups = 200
+    epsilon = 20 / (1 - GROUPS_SHARE - CUT_SHARE)  # one aggregate's ε 20: r = ⌈200/20⌉
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 "
+        f"EPSILON {epsilon!r}"
+    )
+    query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(groups))}), epsilon=1, delta=0.1)
+    search = query_plan.group_search
+    assert search.rank == 10 and search.candidates[-1] == groups
+    query = groups_sql(query_plan, search.candidates)
+    before = db._engine.row(query, db._ledger.secret)
+    with neighbours.with_rows(con, SPREAD.format(groups=groups)):
+        after = db._engine.row(query, db._ledger.secret)
+    assert after[0] == before[0] + 1  # one more unit, above every candidate below 200
+    summaries = (before, after)
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        return [db._group_cap(query_plan, summaries[neighbour]) for _ in range(n)]
+
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+CHECKED = {
+    "groups-dropped": ("SELECT g, COUNT(*) FROM visits WHERE g < 2 GROUP BY g", 2),
+    "one-group": ("SELECT COUNT(*) FROM visits", 1),
+}
+"""Bounding-check cases: the query (MAX_GROUPS 1, BOUND ROWS 5) and the check's sensitivity."""
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+@pytest.mark.parametrize("case", list(CHECKED))
+def test_bounding_check(visits, case, weaken):
+    """The per-group count of cut cells, released with ``Plan.cut_sensitivity`` at
+    ``Plan.cut_epsilon``, is ε-DP, and detected when the noise is too small. The neighbour
+    has 10 rows in each group: in two public groups under MAX_GROUPS 1 its kept cell is over
+    the row cap and its dropped cell is sampled (L1 move 2 = 2m); without GROUP BY its one
+    cell is over the cap (1 = m). The move is the sensitivity: the neighbour saturates it."""
+    con, db = visits
+    select, sensitivity = CHECKED[case]
+    sql = f"{select} PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 40"
+    keys = {"g": [0, 1]} if "GROUP BY" in select else None
+    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
+
+    def cuts(c: duckdb.DuckDBPyConnection, p: Plan) -> list[int]:
+        return [int(row[-1]) for row in neighbours.stage(c, p)]
+
+    before = cuts(con, query_plan)
+    with neighbours.with_rows(con, SPREAD.format(groups=2)):
+        after = cuts(con, query_plan)
+    moved = sum(abs(a - b) for a, b in zip(after, before, strict=True))
+    assert moved == query_plan.cut_sensitivity == sensitivity
+    exact = (before, after)
+    rng = udfs.SeededRandom(zlib.crc32(case.encode()), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> np.ndarray:
+        sensitivity, epsilon = query_plan.cut_sensitivity, query_plan.cut_epsilon
+        return np.column_stack(
+            [udfs.laplace_release([v] * n, sensitivity, epsilon, rng) for v in exact[neighbour]]
+        )
+
+    with noise(weaken):
+        check(audit(sample, query_plan.cut_epsilon, **sizes(False)), weaken)

@@ -69,6 +69,7 @@ def session(seed: int) -> privsql.Session:
     con = duckdb.connect()
     con.execute(DATA)
     con.execute(SITES)
+    # Budgets that never run out (δ too: many generated queries select private keys).
     db = privsql.connect(con, budget=1e9, delta_budget=0.5, epsilon=1.0, seed=seed, insecure=True)
     db.protect("visits", privacy_unit="user_id", keys={"site": ["a", "b", "c"]})
     db.protect("orders", privacy_unit="uid")
@@ -208,7 +209,7 @@ def released_columns(db: privsql.Session, sql: str) -> tuple[exp.Select, exp.Sel
     return ctes["__released"], statement
 
 
-NOISE = {FUNCTIONS.noise, FUNCTIONS.quantile}
+NOISE = {FUNCTIONS.noise, FUNCTIONS.quantile, FUNCTIONS.check}
 
 
 def assert_released_values_are_noisy(db: privsql.Session, sql: str) -> None:
@@ -246,14 +247,15 @@ def test_accepted_queries_release_only_noisy_values(sessions, case):
 
 def assert_parts_add_up_to_the_query_epsilon(db: privsql.Session, sql: str) -> None:
     """Sequential composition as ``explain`` states it: every measurement has a mechanism
-    and a positive ε, and with the quantiles' intervals, the bounds estimate, the cap search
-    and partition selection they add up to the query's ε."""
+    and a positive ε, and with the quantiles' intervals, the bounds estimate, the cap search,
+    MAX_GROUPS AUTO, the bounding check and partition selection they add up to the query's ε."""
     explanation = db.explain(sql)
     parts = [a["epsilon"] for a in explanation.aggregates]
     assert all(a["mechanism"] in ("Laplace", "permute-and-flip") for a in explanation.aggregates)
     assert all(e > 0 for e in parts)
     parts += [a["interval_epsilon"] for a in explanation.aggregates]  # quantiles' intervals
     parts += [explanation.bounding["search_epsilon"], explanation.bounding["bounds_epsilon"]]
+    parts += [explanation.bounding["group_epsilon"], explanation.bounding["cut_epsilon"]]
     if explanation.partition_selection:
         parts.append(explanation.partition_selection["epsilon"])
     assert sum(parts) == pytest.approx(explanation.epsilon)

@@ -172,6 +172,9 @@ def test_explain_spends_nothing_and_shows_the_plan(flights_db):
         "search_epsilon": 0.0,
         "bounds_estimated": [],
         "bounds_epsilon": 0.0,
+        "group_search": None,
+        "group_epsilon": 0.0,
+        "cut_epsilon": 0.05,
     }
 
 

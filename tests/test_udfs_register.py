@@ -158,7 +158,9 @@ def test_shared_database_needs_distinct_names(tmp_path: pathlib.Path) -> None:
     with pytest.raises(UdfNameConflict, match="suffix"):
         register(second, second_rng)
     names = register(second, second_rng, suffix="_s2")
-    assert names == UdfNames("privsql_laplace_s2", "privsql_keep_s2", "privsql_quantile_s2")
+    assert names == UdfNames(
+        "privsql_laplace_s2", "privsql_keep_s2", "privsql_quantile_s2", "privsql_laplace_check_s2"
+    )
     second.sql(
         f"SELECT {names.laplace}(1::HUGEINT, 1, 1.0), {names.keep}(5, 1, 1.0, 1e-6)"
     ).fetchall()

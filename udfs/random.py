@@ -40,6 +40,12 @@ class RandomSource(ABC):
     def randbits(self, k: int) -> int:
         """Return a uniform integer in ``[0, 2**k)`` (``0`` when ``k == 0``)."""
 
+    def independent(self, stream: str) -> RandomSource:
+        """A source independent of this one, named ``stream``: drawing from it leaves this
+        source's sequence as it was (a seeded source's other releases stay reproducible).
+        By default a fresh OS CSPRNG source."""
+        return SystemRandom()
+
     def randbelow(self, n: int) -> int:
         """Return a uniform integer in ``[0, n)``; ``n`` must be >= 1.
 
@@ -147,7 +153,7 @@ class SeededRandom(RandomSource):
 
     secure: ClassVar[bool] = False
 
-    def __init__(self, seed: int, *, insecure: bool = False) -> None:
+    def __init__(self, seed: int, *, insecure: bool = False, stream: str = "") -> None:
         if insecure is not True:
             raise ValueError(
                 "SeededRandom is predictable and must not be used for real releases; "
@@ -155,7 +161,12 @@ class SeededRandom(RandomSource):
             )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError("seed must be an int")
-        self._random = _stdlib_random.Random(seed)
+        self._seed = seed
+        self._random = _stdlib_random.Random(f"{seed}/{stream}" if stream else seed)
+
+    def independent(self, stream: str) -> SeededRandom:
+        """The seeded stream named ``stream`` of this seed (a different Mersenne Twister)."""
+        return SeededRandom(self._seed, insecure=True, stream=stream)
 
     def randbits(self, k: int) -> int:
         """Return a uniform integer in ``[0, 2**k)`` from the seeded stream."""

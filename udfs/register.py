@@ -227,6 +227,8 @@ class UdfNames(NamedTuple):
     laplace: str = "privsql_laplace"
     keep: str = "privsql_keep"
     quantile: str = "privsql_quantile"
+    check: str = "privsql_laplace_check"
+    """``privsql_laplace`` drawing from the ``check`` source (the bounding check's counts)."""
 
 
 class UdfNameConflict(RuntimeError):
@@ -271,8 +273,15 @@ def _replace_function(
         ) from exc
 
 
-def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str = "") -> UdfNames:
-    """Register ``privsql_laplace`` and ``privsql_keep`` on ``con``, drawing noise from ``rng``.
+def register(
+    con: duckdb.DuckDBPyConnection,
+    rng: RandomSource,
+    *,
+    suffix: str = "",
+    check: RandomSource | None = None,
+) -> UdfNames:
+    """Register ``privsql_laplace`` and ``privsql_keep`` on ``con``, drawing noise from ``rng``,
+    and ``privsql_laplace_check``, drawing from ``check`` (default ``rng``).
 
     Registering again on the same connection replaces the previous functions, so the most
     recent ``rng`` is the one used. Pass :class:`udfs.random.SystemRandom` for real
@@ -291,10 +300,11 @@ def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str =
         raise ValueError(f"suffix must contain only letters, digits and _, got {suffix!r}")
     names = UdfNames(*(f"{name}{suffix}" for name in UdfNames()))
     signatures = {
-        names.laplace: (_laplace_udf, ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"),
-        names.keep: (_keep_udf, ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"], "BOOLEAN"),
+        names.laplace: (_laplace_udf(rng), ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"),
+        names.keep: (_keep_udf(rng), ["BIGINT", "BIGINT", "DOUBLE", "DOUBLE"], "BOOLEAN"),
+        names.check: (_laplace_udf(check or rng), ["HUGEINT", "HUGEINT", "DOUBLE"], "HUGEINT"),
         names.quantile: (
-            _quantile_udf,
+            _quantile_udf(rng),
             [
                 "INTEGER[]",
                 "HUGEINT[]",
@@ -311,8 +321,8 @@ def register(con: duckdb.DuckDBPyConnection, rng: RandomSource, *, suffix: str =
     }
     registered: list[str] = []
     try:
-        for name, (make, params, returns) in signatures.items():
-            _replace_function(con, name, make(rng), params, returns)
+        for name, (function, params, returns) in signatures.items():
+            _replace_function(con, name, function, params, returns)
             registered.append(name)
     except UdfNameConflict:
         for name in registered:
