@@ -160,7 +160,9 @@ def analyze_source(source: str) -> exp.Table:
         raise StatementNotAllowed(f"{source} is not a source") from None
     tables = list(query.find_all(exp.Table))
     from_ = query.args.get("from_")
-    if len(tables) != 1 or from_ is None or from_.this is not tables[0] or query.args.get("joins"):
+    if len(tables) != 1 or from_ is None or from_.this is not tables[0] or query.args.get(
+        "joins"
+    ):
         raise StatementNotAllowed(f"{source} is not a single source")
     check_source(tables[0])
     return tables[0]
@@ -195,9 +197,9 @@ def _analyze(
 ) -> Analysis | PublicQuery:
     select = parse(sql)
     _refuse_forbidden(select, catalog)
-    names = (
-        [output_name(item) for item in select.expressions] if isinstance(select, exp.Select) else []
-    )
+    names = [output_name(item) for item in select.expressions] if isinstance(
+        select, exp.Select
+    ) else []
     text = select.copy()
     text.set("privacy", None)
     select = resolve(select, catalog, names)

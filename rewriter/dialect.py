@@ -171,10 +171,8 @@ def output_name(item: exp.Expr) -> str:
 def written(node: exp.Expr) -> str:
     """A resolved expression as an analyst would write it: columns without their FROM item."""
     bare = node.transform(
-        lambda n: (
-            exp.column(n.name, quoted=n.this.quoted)
-            if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star)
-            else n
-        )
+        lambda n: exp.column(n.name, quoted=n.this.quoted)
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star)
+        else n
     )
     return to_sql(bare)

@@ -191,7 +191,9 @@ def _expand_views(query: exp.Query, catalog: Catalog) -> bool:
 
 def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[str, _Stand]:
     """Replace every base source by a named stand-in; the stand-ins, by name."""
-    ctes = {cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)}
+    ctes = {
+        cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)
+    }
     stands: dict[str, _Stand] = {}
     for table in list(query.find_all(exp.Table)):
         if isinstance(table.this, exp.GenerateSeries):
