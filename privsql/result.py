@@ -48,6 +48,7 @@ class Result:
         half_widths: Mapping[str, HalfWidth] | None = None,
         cached: bool = False,
         check: BoundingCheck | None = None,
+        threshold: int | None = None,
     ) -> None:
         self._table = table
         self.epsilon = epsilon
@@ -55,6 +56,8 @@ class Result:
         self.cached = cached
         self._half_widths = dict(half_widths or {})
         self._check = check
+        self._threshold = threshold
+        """Distinct units a group needed to be released, when its keys were not public."""
 
     @property
     def columns(self) -> list[str]:
@@ -130,7 +133,14 @@ class Result:
         return pa.table(columns)
 
     def warning(self, alpha: float = 0.05) -> str | None:
-        """One line naming the flagged cells (see ``flags``), or None when there are none."""
+        """One line naming the flagged cells (see ``flags``), or saying why an answer whose
+        groups went through partition selection is empty; None when there is nothing to say."""
+        if self._threshold is not None and not len(self):
+            return (
+                f"⚠ no group reached the partition-selection threshold (about "
+                f"{self._threshold:,} distinct units at this ε): list the keys with keys=, "
+                "or raise ε"
+            )
         flags = self.flags(alpha)
         cut = self._cut()
         flagged = noisy = 0

@@ -576,6 +576,9 @@ class Session:
             half_widths=widths,
             cached=cached,
             check=bounding_check(query_plan, table),
+            threshold=None
+            if (p := query_plan.partition) is None
+            else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
         )
 
 

@@ -244,3 +244,19 @@ def test_bound_auto_estimates_missing_bounds_privately_and_charges_for_it(flight
     # Without AUTO, missing bounds are refused.
     with pytest.raises(privsql.MissingBounds):
         flights_db.sql(query.replace("MAX_GROUPS 3", "BOUND ROWS 5 MAX_GROUPS 3"))
+
+
+def test_an_answer_emptied_by_partition_selection_says_why():
+    """At a small ε few groups clear partition selection: an empty answer is not left
+    silent, it names the threshold (public parameters only) and what to do."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 40 AS u, i % 12 AS month FROM range(4000) r(i)")
+    db = privsql.connect(con, budget=10.0, seed=3, insecure=True)
+    r = db.sql("SELECT month, COUNT(*) AS n FROM t GROUP BY month PRIVACY_UNIT u EPSILON 0.1")
+    assert len(r) == 0 and r.epsilon == 0.1
+    assert "partition-selection threshold" in r.warning() and "keys=" in r.warning()
+    public = db.sql(
+        "SELECT month, COUNT(*) AS n FROM t GROUP BY month PRIVACY_UNIT u EPSILON 0.1",
+        keys={"month": list(range(12))},
+    )
+    assert len(public) == 12 and "partition-selection" not in (public.warning() or "")
