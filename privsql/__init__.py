@@ -22,6 +22,7 @@ from rewriter.errors import (
     PrivacyError,
     QuerySyntaxError,
     StatementNotAllowed,
+    TypeMismatch,
     UnknownName,
     UnsupportedQuery,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Session",
     "StatementNotAllowed",
     "Suggestion",
+    "TypeMismatch",
     "UnknownName",
     "UnsupportedQuery",
     "connect",

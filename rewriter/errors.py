@@ -29,6 +29,12 @@ class UnknownName(PrivacyError):
     rule = "unknown-name"
 
 
+class TypeMismatch(PrivacyError):
+    """Types that do not fit (a number compared with text), decided from the schema alone."""
+
+    rule = "type"
+
+
 class StatementNotAllowed(PrivacyError):
     """Anything but one SELECT: DDL, DML, COPY, ATTACH, PRAGMA, SET, set operations, ..."""
 
