@@ -26,8 +26,8 @@ from rewriter.transpile import check_for_spark, to_spark
 
 T = TypeVar("T")
 WITHHELD = (
-    "the query failed while reading private data ({}); "
-    "the engine's message is withheld because it may quote private values"
+    "the query failed while reading private data; the engine's message and the kind of "
+    "failure are withheld because they may depend on private values"
 )
 
 
@@ -137,8 +137,8 @@ class DuckDBEngine:
             return work()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
             outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
-        except duckdb.Error as error:
-            outcome = PrivacyError(WITHHELD.format(type(error).__name__))
+        except duckdb.Error:
+            outcome = PrivacyError(WITHHELD)
         finally:
             self._con.execute("ROLLBACK")
         raise outcome  # outside the handlers: no engine exception in its context
@@ -224,8 +224,8 @@ class SparkEngine:
             outcome: PrivacyError = UnsupportedQuery(
                 f"Spark cannot run the query: {_first_line(error)}"
             )
-        except (PySparkException, Py4JError) as error:
-            outcome = PrivacyError(WITHHELD.format(type(error).__name__))
+        except (PySparkException, Py4JError):
+            outcome = PrivacyError(WITHHELD)
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:
@@ -241,12 +241,12 @@ class SparkEngine:
             with warnings.catch_warnings():  # the extra copy is of the few released rows
                 warnings.simplefilter("ignore", UserWarning)
                 return self._con.execute(stages.noisy(from_outputs=True)).to_arrow_table()
-        except duckdb.Error as error:  # over per-group aggregates of private rows
-            failure = type(error).__name__
+        except duckdb.Error:  # over per-group aggregates of private rows
+            pass  # withheld below, outside the handler: no engine exception in its context
         finally:
             for name in outputs:
                 self._con.unregister(name)
-        raise PrivacyError(WITHHELD.format(failure))  # outside the handler: no context kept
+        raise PrivacyError(WITHHELD)
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()

@@ -32,6 +32,7 @@ from rewriter.errors import (
 )
 from rewriter.expressions import Clamped, PrivacyUnit
 from rewriter.functions import refuse_unlisted
+from rewriter.growth import refuse_growth
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
@@ -230,6 +231,7 @@ def _analyze(
     aggregates = _aggregates(select, relations, catalog, automatic)
     _refuse_raw_outputs(select, key_nodes)
     _refuse_unlisted_row_level(select, key_nodes, aggregates)
+    refuse_growth(select)
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})
@@ -632,8 +634,11 @@ def _typed_values(
     """A key list as distinct SQL values of the key's type: cast, then de-duplicated.
 
     The key's type comes from binding the query's FROM (the schema, no rows); the list is
-    cast on its own, so a value that does not cast is refused from the list alone, and
-    spellings of one value (``1``, ``'01'``, ``' 1'``) give one group, released once.
+    cast on its own, so a value that does not cast is refused from the list alone. Values
+    are de-duplicated by the very predicate that matches them to groups (``IS NOT DISTINCT
+    FROM``): a value is kept only if no earlier one matches it, so every spelling of one
+    group (``1``, ``'01'``, ``' 1'``; ``0.0`` and ``-0.0``; ``'35 days'`` and
+    ``'1 month 5 days'``) is released once.
     """
     if not values:
         raise InvalidOption("a public key list must not be empty")
@@ -641,27 +646,46 @@ def _typed_values(
     for arg in ("with_", "from_", "joins"):
         if select.args.get(arg) is not None:
             typed_key.set(arg, select.args[arg].copy())
-    kind = catalog.types(typed_key.sql(dialect="duckdb"))[0]
+    kind = exp.DataType.build(catalog.types(typed_key.sql(dialect="duckdb"))[0], dialect="duckdb")
     given = exp.Values(
         expressions=[
-            exp.tuple_(exp.Cast(this=exp.convert(v), to=exp.DataType.build("VARCHAR")))
-            for v in values
+            exp.tuple_(exp.convert(i), exp.Cast(this=_literal(v), to=exp.DataType.build("VARCHAR")))
+            for i, v in enumerate(values)
         ],
-        alias=exp.TableAlias(this=exp.to_identifier("v"), columns=[exp.to_identifier("v")]),
+        alias=exp.TableAlias(
+            this=exp.to_identifier("g"), columns=[exp.to_identifier("i"), exp.to_identifier("v")]
+        ),
     )
-    cast = exp.TryCast(this=exp.column("v"), to=exp.DataType.build(kind, dialect="duckdb"))
-    check = exp.select(
-        exp.column("v"), exp.Cast(this=cast, to=exp.DataType.build("VARCHAR"))
-    ).from_(given)
-    canonical: dict[str, None] = {}
-    for value, text in catalog.evaluate(check.sql(dialect="duckdb")):
+    typed = exp.select("i", "v", exp.TryCast(this=exp.column("v"), to=kind).as_("c")).from_(given)
+    earlier = (
+        exp.select("1")
+        .from_("typed AS b")
+        .where("b.i < a.i AND b.c IS NOT DISTINCT FROM a.c")
+    )
+    check = (
+        exp.select(
+            "a.v",
+            exp.Cast(this=exp.column("c", "a"), to=exp.DataType.build("VARCHAR")),
+            exp.Not(this=exp.Exists(this=earlier)),
+        )
+        .from_("typed AS a")
+        .order_by("a.i")
+        .with_("typed", as_=typed)
+    )
+    canonical = []
+    for value, text, first in catalog.evaluate(check.sql(dialect="duckdb")):
         if text is None and value is not None:
-            raise InvalidOption(f"key value {value!r} is not a {kind}")
-        canonical.setdefault(text, None)
-    return [
-        exp.Cast(this=exp.convert(text), to=exp.DataType.build(kind, dialect="duckdb"))
-        for text in canonical
-    ]
+            raise InvalidOption(f"key value {value!r} is not a {kind.sql(dialect='duckdb')}")
+        if first:
+            canonical.append(text)
+    return [exp.Cast(this=exp.convert(text), to=kind.copy()) for text in canonical]
+
+
+def _literal(value: object) -> exp.Expr:
+    """A key value as SQL; a non-finite float by its name (``exp.convert`` makes NaN NULL)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return exp.Literal.string(str(value))
+    return exp.convert(value)
 
 
 def _values_query(values: Sequence[exp.Expr]) -> exp.Query:

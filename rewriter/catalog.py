@@ -4,7 +4,7 @@ The session fills a ``Catalog`` from the data owner's declarations (``protect`` 
 ``public``) and from DuckDB's own catalogue; the rewriter only reads it. Every source has
 one *identity* (``identity``): a table's name without the default catalogue and schema,
 lower-cased (``t``, ``main.t``, ``"T"`` and ``memory.main.t`` are all ``t``), or a file
-reader's normalised absolute paths; declarations are keyed by it.
+reader's absolute paths; declarations are keyed by it.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ def identity(source: exp.Table, database: str = "memory") -> str:
     """One name per source, whatever its spelling (``database``: the default catalogue)."""
     if isinstance(source.this, exp.Func):
         paths = sorted(
-            os.path.normpath(os.path.abspath(p.name))
-            for p in reader_paths(source.this)
-            if isinstance(p, exp.Literal)
+            _opened_path(p.name) for p in reader_paths(source.this) if isinstance(p, exp.Literal)
         )
         return FILE + "\n".join(paths)
     parts = [part.lower() for part in (source.catalog, source.db) if part]
@@ -51,6 +49,15 @@ def identity(source: exp.Table, database: str = "memory") -> str:
     if len(parts) == 1 and parts[0] == "main":
         parts.pop()
     return ".".join([*parts, source.name.lower()])
+
+
+def _opened_path(path: str) -> str:
+    """A path as the engine opens it: ``~`` expanded, made absolute, and *not* normalised
+    as text — ``/proc/self/root/../x`` and ``link/..`` are resolved by the file system, so
+    textual ``..`` folding would name another file than the one read. Files are compared
+    by what the file system says they are (``Catalog.files``), never by this text alone."""
+    expanded = os.path.expanduser(path)
+    return expanded if os.path.isabs(expanded) else os.path.join(os.getcwd(), expanded)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,66 @@ def test_a_using_join_on_the_unit_is_bounded_per_unit(db: privsql.Session) -> No
         assert r.fetchall()[0][0] < 30
 
 
+# 4b. Work per row: no value may grow far beyond the row it is computed from --------------
+
+GROWTH = [
+    # a replacement longer than what it replaces, nested: 10**12 characters on one row
+    "length(replace(replace(CASE WHEN note = 'x' THEN lpad('', 10000, 'a') ELSE '' END, "
+    "'a', lpad('', 10000, 'a')), 'a', lpad('', 10000, 'a'))) > 0",
+    f"length(replace(note, 'o', '{'a' * 100}')) > 0",
+    "length(replace(note, '', 'aa')) > 0",
+    "length(replace(note, 'o', note)) > 0",
+    "length(replace(replace(replace(note, 'o', 'oooooo'), 'o', 'oooooo'), 'o', 'oooooo')) > 0",
+    f"length(regexp_replace(note, '', '{'a' * 70}', 'g')) > 0",
+    "length(regexp_replace(note, '(.)', note, 'g')) > 0",
+    "length(regexp_replace(regexp_replace(regexp_replace(note, '', '\\0\\0\\0\\0', 'g'), "
+    "'', '\\0\\0\\0\\0', 'g'), '', '\\0\\0\\0\\0', 'g')) > 0",
+    "length(lpad(replace(lpad(note, 10000, 'a'), 'a', lpad('', 200, 'b')), 5, 'c')) > 0",
+]
+
+
+@pytest.mark.parametrize("condition", GROWTH)
+def test_values_cannot_grow_far_beyond_their_row(db: privsql.Session, condition: str) -> None:
+    error = refused(
+        db, f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 5"
+    )
+    assert error.rule == "unsupported"
+
+
+def test_growth_is_followed_through_derived_tables(db: privsql.Session) -> None:
+    """A doubling per CTE is small in each scope and exponential in all of them."""
+    ctes = ["c0 AS (SELECT user_id, note || note AS s FROM ratings)"] + [
+        f"c{i} AS (SELECT user_id, s || s AS s FROM c{i - 1})" for i in range(1, 8)
+    ]
+    sql = f"WITH {', '.join(ctes)} SELECT COUNT(*) FROM c7 WHERE length(s) > 0"
+    assert refused(db, sql + " PRIVACY_UNIT user_id BOUND ROWS 5").rule == "unsupported"
+    union = (
+        "WITH a AS (SELECT user_id, note AS s FROM ratings UNION ALL "
+        f"SELECT user_id, replace(note, 'o', '{'o' * 80}') FROM ratings) "
+        "SELECT COUNT(*) FROM a WHERE length(s) > 0 PRIVACY_UNIT user_id BOUND ROWS 5"
+    )
+    assert refused(db, union).rule == "unsupported"
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "replace(note, 'ok', 'K') = 'K'",
+        "regexp_replace(note, '\\s+', ' ', 'g') = 'ok'",
+        "concat(note, note, '!') <> ''",
+        "lpad(note, 10, '-') LIKE '%ok'",
+    ],
+)
+def test_string_functions_that_stay_small_are_accepted(
+    db: privsql.Session, condition: str
+) -> None:
+    r = db.sql(
+        f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 5 "
+        "EPSILON 1"
+    )
+    assert len(r) == 1
+
+
 # 4. Key lists ----------------------------------------------------------------------------
 
 def test_spellings_of_one_key_are_one_group(db: privsql.Session) -> None:
@@ -167,6 +227,31 @@ def test_spellings_of_one_key_are_one_group(db: privsql.Session) -> None:
         keys={"rating": ["1", "01", " 1", 1, "+1", "1.0", 2]},
     )
     assert sorted(row[0] for row in r.fetchall()) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("key", "values", "groups"),
+    [
+        # values equal under the join's IS NOT DISTINCT FROM though their texts differ
+        ("INTERVAL (rating) DAY", [f"{k} months {1 - 30 * k} days" for k in range(50)], 1),
+        ("CAST(rating AS DOUBLE) - 1", [0.0, "-0", -0.0, "0e5", "-0.000"], 1),
+        ("CAST(rating AS DOUBLE) / 0.0 - 'inf'", ["nan", "-nan", float("nan"), "NaN"], 1),
+        ("CAST(rating AS DOUBLE) * 0.0", [0.0, "-0.0", 1, "1.0", "+1"], 2),
+        ("CAST(rating AS REAL) - 1", ["-0", 0.0, "0"], 1),
+        ("make_date(2020, 1, 1 + rating)", ["2020-01-02", "2020-1-2", "2020-01-02 00:00:00"], 1),
+    ],
+)
+def test_every_spelling_of_one_group_is_released_once(
+    db: privsql.Session, key: str, values: list, groups: int
+) -> None:
+    """One row per group, however many spellings the list holds: each extra row would be
+    the group released again with fresh noise."""
+    r = db.sql(
+        f"SELECT {key} AS k, COUNT(*) AS n FROM ratings GROUP BY k PRIVACY_UNIT user_id "
+        "BOUND ROWS 1 MAX_GROUPS 5",
+        keys={"k": values},
+    )
+    assert len(r) == groups
 
 
 @pytest.mark.parametrize("values", [["x", 1], ["1e999"], [f"{PLANTED}"]])
@@ -350,6 +435,12 @@ def test_every_spelling_of_a_declared_file_is_that_file(
         f"{tmp_path}/soft.parquet",
         f"{tmp_path}/hard.parquet",
         f"{tmp_path}/../{tmp_path.name}/ratings.parquet",
+        # ``..`` after a link is resolved by the file system, not folded as text
+        f"/proc/self/root/..{path}",
+        f"/proc/thread-self/root/..{path}",
+        f"/proc/self/cwd/{'../' * 12}{str(path).lstrip('/')}",
+        f"{tmp_path}/linked/../{tmp_path.name}/ratings.parquet",
+        f"~/{'../' * 12}{str(path).lstrip('/')}",
     ]
     for spelling in spellings:
         error = refused(
