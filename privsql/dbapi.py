@@ -282,8 +282,7 @@ def _value(
 ) -> exp.Expression:
     if named != isinstance(key, str):
         raise ProgrammingError(
-            "use $name placeholders with a mapping of parameters, ? or $1 with "
-            "a sequence"
+            "use $name placeholders with a mapping of parameters, ? or $1 with a sequence"
         )
     try:
         value = values[key]  # type: ignore[index]

@@ -122,9 +122,7 @@ class PrivsqlDialect(default.DefaultDialect):
     ) -> list[str]:
         wanted = schema or "main"
         return [
-            table
-            for owner, table in map(self._split, self._catalog(connection))
-            if owner == wanted
+            table for owner, table in map(self._split, self._catalog(connection)) if owner == wanted
         ]
 
     def get_view_names(
