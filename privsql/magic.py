@@ -277,7 +277,7 @@ def template(sql: str, namespace: Mapping[str, Any]) -> str:
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext privsql``: register the ``%privsql`` line and ``%%privsql`` cell magic."""
     from IPython.core.error import UsageError
-    from IPython.core.magic import Magics, line_cell_magic, magics_class
+    from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
     @magics_class
     class PrivsqlMagics(Magics):
@@ -286,6 +286,7 @@ def load_ipython_extension(ipython: Any) -> None:
             self._current: privsql.Session | None = None
             self._opened: dict[str, dbapi.Connection] = {}
 
+        @no_var_expand  # IPython's own {name} and $name expansion would paste raw text
         @line_cell_magic
         def privsql(self, line: str, cell: str | None = None) -> Any:
             """Run SQL on a privsql session, or choose the session; see ``privsql.magic``."""
