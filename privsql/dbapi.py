@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -140,13 +141,13 @@ def _translated(error: Exception) -> Error:
     if isinstance(error, privsql.PrivacyError):
         kind = ERRORS_BY_RULE.get(error.rule, PrivacyRefusal)
         return kind(str(error), error.rule)
-    if isinstance(error, duckdb.IOException):
+    if isinstance(error, (duckdb.IOException, OSError)):
         return OperationalError(_first_line(error))
     if isinstance(error, (duckdb.ParserException, duckdb.BinderException)):
         return ProgrammingError(_first_line(error))
     if isinstance(error, duckdb.Error):
         return DatabaseError(_first_line(error))
-    return InterfaceError(_first_line(error))
+    return InternalError(_first_line(error))
 
 
 def _first_line(error: Exception) -> str:
@@ -220,6 +221,12 @@ def literal(value: object) -> exp.Expression:
     raise NotSupportedError(f"a parameter of type {type(value).__name__} is not supported")
 
 
+def literal_text(value: object) -> str:
+    """``value`` as DuckDB SQL text, with a space either side so that it cannot join a
+    neighbouring token (``-`` then ``-5`` would make ``--5``, a comment)."""
+    return f" {literal(value).sql(dialect='duckdb')} "
+
+
 def bind(operation: str, parameters: Sequence[object] | Mapping[str, object] | None) -> str:
     """``operation`` with each placeholder replaced by its parameter as a SQL literal.
 
@@ -246,7 +253,7 @@ def bind(operation: str, parameters: Sequence[object] | Mapping[str, object] | N
             continue
         if key == "?":
             key, following = following, following + 1
-        pieces += [operation[end:start], _value(parameters, key, named).sql(dialect="duckdb")]
+        pieces += [operation[end:start], literal_text(_value(parameters, key, named))]
         used.add(key)
         end = stop
     pieces.append(operation[end:])
@@ -277,9 +284,7 @@ def _placeholder(tokens: list[Token], position: int) -> tuple[str | int | None, 
     return name.text, token.start, name.end + 1
 
 
-def _value(
-    values: Sequence[object] | Mapping[str, object], key: str | int, named: bool
-) -> exp.Expression:
+def _value(values: Sequence[object] | Mapping[str, object], key: str | int, named: bool) -> object:
     if named != isinstance(key, str):
         raise ProgrammingError(
             "use $name placeholders with a mapping of parameters, ? or $1 with a sequence"
@@ -290,7 +295,7 @@ def _value(
         raise ProgrammingError(
             f"no parameter given for placeholder {f'${key}' if named else int(key) + 1}"
         ) from None
-    return literal(value)
+    return value
 
 
 # -- connections and cursors -----------------------------------------------------------
@@ -381,6 +386,7 @@ class Connection:
         self._session: privsql.Session | None = session
         self._owns_session = owns_session
         self._types: duckdb.DuckDBPyConnection | None = None
+        self._types_lock = threading.Lock()  # cursors of several threads name types
 
     @property
     def session(self) -> privsql.Session:
@@ -413,9 +419,10 @@ class Connection:
         """Close the session, if this connection opened it; closing twice is harmless."""
         if self._session is not None and self._owns_session:
             self._session.close()
-        if self._types is not None:
-            self._types.close()
-        self._session = self._types = None
+        with self._types_lock:
+            if self._types is not None:
+                self._types.close()
+            self._session = self._types = None
 
     def __enter__(self) -> Connection:
         return self
@@ -425,9 +432,10 @@ class Connection:
 
     def type_names(self, schema: pa.Schema) -> list[str]:
         """The DuckDB type name of each column of an Arrow schema (``description``'s codes)."""
-        if self._types is None:
-            self._types = duckdb.connect()
-        return [str(t) for t in self._types.from_arrow(schema.empty_table()).types]
+        with self._types_lock:
+            if self._types is None:
+                self._types = duckdb.connect()
+            return [str(t) for t in self._types.from_arrow(schema.empty_table()).types]
 
 
 Description = tuple[str, str, None, None, int | None, int | None, bool]

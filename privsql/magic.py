@@ -247,7 +247,7 @@ def split_line(line: str, is_session: Callable[[str], bool]) -> tuple[str, str]:
 
 def template(sql: str, namespace: Mapping[str, Any]) -> str:
     """``sql`` with each ``{name}`` outside strings and comments replaced by the value of
-    ``namespace[name]`` as a SQL literal (``privsql.dbapi.literal``: quoted by sqlglot)."""
+    ``namespace[name]`` as a SQL literal (``privsql.dbapi.literal_text``: quoted by sqlglot)."""
     try:
         tokens = PrivSQL().tokenize(sql)
     except TokenError:
@@ -265,7 +265,7 @@ def template(sql: str, namespace: Mapping[str, Any]) -> str:
         if name.text not in namespace:
             raise ValueError(f"no variable named {name.text}")
         try:
-            value = dbapi.literal(namespace[name.text]).sql(dialect="duckdb")
+            value = dbapi.literal_text(namespace[name.text])
         except dbapi.NotSupportedError as error:
             raise ValueError(f"{{{name.text}}}: {error}") from None
         pieces += [sql[end : left.start], value]

@@ -187,6 +187,8 @@ def test_placeholder_styles_and_text_that_looks_like_one(con):
     named = con.execute("SELECT $who AS who, $n + 1 AS n", {"who": "it's", "n": 41})
     assert named.fetchall() == [("it's", 42)]
     assert con.execute("SELECT ?::INTEGER AS v", ["7"]).fetchall() == [(7,)]
+    # a value never joins its neighbours: ``-`` then ``-5`` is not the comment ``--5``
+    assert con.execute("SELECT -? AS v, 1-$1 AS w", [-5]).fetchall() == [(5, 6)]
 
 
 SECRET = "s3cr3t-value"

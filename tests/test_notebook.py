@@ -187,7 +187,7 @@ def test_a_line_magic_connects_and_then_runs_queries_on_that_session(shell, caps
 
 def test_names_in_braces_are_values_written_as_sql_literals(shell):
     hostile = "x' OR 1=1; DROP TABLE flights; --"
-    shell.user_ns.update(month=7, carrier=hostile, eps=0.25, text="it's {month}")
+    shell.user_ns.update(month=7, carrier=hostile, eps=0.25, text="it's {month}", minus=-5)
     run = shell.run_cell(
         "%privsql db -o res SELECT COUNT(*) AS n FROM flights "
         "WHERE month = {month} AND carrier <> {carrier} "
@@ -197,9 +197,9 @@ def test_names_in_braces_are_values_written_as_sql_literals(shell):
     assert shell.user_ns["res"].epsilon == 0.25
     run = shell.run_cell("%privsql db SELECT {carrier} AS c, {text} AS t, '{month}' AS m")
     assert run.result.iloc[0].tolist() == [hostile, "it's {month}", "{month}"]
-    run = shell.run_cell("%%privsql db\nSELECT {month} + 1 AS next")
-    assert run.result["next"].tolist() == [8]
-    for name in ("month", "carrier", "eps", "text"):
+    run = shell.run_cell("%%privsql db\nSELECT {month} + 1 AS next, -{minus} AS plus")
+    assert run.result.iloc[0].tolist() == [8, 5]
+    for name in ("month", "carrier", "eps", "text", "minus"):
         shell.user_ns.pop(name)
 
 
