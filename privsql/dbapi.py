@@ -324,7 +324,9 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """
     parts = urlsplit(url)
     if parts.scheme.split("+")[0] != "privsql" or parts.netloc:
-        raise InterfaceError(f"{url!r} is not an in-process privsql URL (privsql:///PATH)")
+        raise InterfaceError(  # without the URL, which may hold a password
+            f"not an in-process privsql URL (privsql:///PATH): {parts.scheme}://..."
+        )
     database = unquote(parts.path[1:]) or ":memory:"
     return database, options(dict(parse_qsl(parts.query, keep_blank_values=True)))
 

@@ -364,7 +364,7 @@ def load_ipython_extension(ipython: Any) -> None:
                     database, settings = dbapi.parse_url(url)
                     self._opened[url] = dbapi.connect(database, **settings)
                 except dbapi.Error as error:
-                    raise UsageError(f"{magic}: cannot open {url}: {error}") from None
+                    raise UsageError(f"{magic}: cannot open the database: {error}") from None
             return self._opened[url].session
 
     ipython.register_magics(PrivsqlMagics)

@@ -231,6 +231,8 @@ def test_the_magic_opens_a_privsql_url(shell, tmp_path, flights_frame, capsys):
     assert run.success and run.result["one"].tolist() == [1]
     run = shell.run_cell(f"%privsql privsql:///{tmp_path}/missing/x.duckdb?budget=1")
     assert not run.success and "cannot open" in str(run.error_in_exec)
+    run = shell.run_cell("%privsql privsql+server://alice:pa55word@localhost/flights")
+    assert not run.success and "pa55word" not in str(run.error_in_exec)
     shell.run_cell("%privsql db")  # back to the fixture's session, closing nothing it owns
 
 
