@@ -290,6 +290,8 @@ def _value(values: Sequence[object] | Mapping[str, object], key: str | int, name
             "use $name placeholders with a mapping of parameters, ? or $1 with a sequence"
         )
     try:
+        if isinstance(key, int) and key < 0:
+            raise IndexError(key)  # ``$0``: not the last value
         value = values[key]  # type: ignore[index]
     except (KeyError, IndexError):
         raise ProgrammingError(

@@ -203,6 +203,7 @@ SECRET = "s3cr3t-value"
         ("SELECT $who AS a", {"someone": SECRET}),
         ("SELECT ? AS a", {"a": SECRET}),
         ("SELECT $a AS a", [SECRET]),
+        ("SELECT $0 AS a", [SECRET]),
         ("SELECT ? AS a", SECRET),
     ],
 )
@@ -211,6 +212,12 @@ def test_parameters_that_do_not_fit_their_placeholders(con, flights_db, sql, par
         con.execute(sql, parameters)
     assert SECRET not in str(error.value)  # counts and names, never values
     assert flights_db.budget.spent == 0
+
+
+def test_sql_that_does_not_tokenize_is_a_syntax_error(con):
+    with pytest.raises(dbapi.ProgrammingError) as error:
+        con.execute("SELECT 'unterminated")
+    assert error.value.rule == "syntax"
 
 
 def test_unsupported_parameter_types(con):
