@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -140,6 +145,57 @@ def test_the_server_dialect_is_postgres_over_psycopg_on_privsql_port():
     assert arguments["dbname"] == "flights"
     other = sqlalchemy.create_engine("privsql+server://alice@localhost:6000/flights")
     assert other.dialect.create_connect_args(other.url)[1]["port"] == 6000
+
+
+def privsql_command(*args: str, stdin: str = "", **options) -> subprocess.Popen | str:
+    """``privsql ARGS`` of this checkout in a subprocess: its output, or with
+    ``background=True`` the running process."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    argv = [sys.executable, "-m", "privsql.cli", *args]
+    if options.get("background"):
+        return subprocess.Popen(
+            argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    done = subprocess.run(argv, env=environment, input=stdin, capture_output=True, text=True)
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def server(database):
+    """``privsql serve`` on a free loopback port, with analyst alice (password ``pw``)."""
+    pytest.importorskip("psycopg")
+    if "usage: privsql serve" not in privsql_command("serve", "--help"):
+        pytest.skip("this checkout has no privsql serve")
+    privsql_command("analysts", str(database), "add", "alice", "--budget", "2", stdin="pw\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = privsql_command("serve", str(database), "--port", str(port), background=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield port
+    process.terminate()
+    process.wait(30)
+
+
+def test_the_server_dialect_reaches_privsql_serve(server):
+    engine = sqlalchemy.create_engine(
+        f"privsql+server://alice:pw@127.0.0.1:{server}/flights?sslmode=disable"
+    )
+    assert "flights" in sqlalchemy.inspect(engine).get_table_names()
+    frame = pd.read_sql(BY_ORIGIN, engine)
+    assert frame["origin"].tolist() == ["EWR", "JFK", "LGA"]
+    with pytest.raises(Exception, match=r"\[aggregate\]"):
+        pd.read_sql(NOT_DP, engine)
+    with engine.connect() as connection:
+        (cost,) = connection.exec_driver_sql("SHOW privsql.last_cost").fetchone()
+    assert float(cost) == 0.5
+    engine.dispose()
 
 
 # -- jupysql ---------------------------------------------------------------------------------
