@@ -16,8 +16,10 @@ else an in-memory one) and returns a pandas DataFrame, shown as a table whose no
 read ``value ± half-width`` of their 95% noise interval, with what the answer cost. A
 ``%privsql`` line is the same with its SQL on the line, after the options; a line with no
 SQL makes its session the current one. The session is a variable holding a privsql
-Session (or a ``privsql.dbapi`` connection), or a URL ``privsql:///flights.duckdb``
-(query options as for SQLAlchemy: ``privsql:///new.duckdb?budget=3``). Options:
+Session (or a ``privsql.dbapi`` connection), or a URL: ``privsql:///flights.duckdb``
+(query options as for SQLAlchemy: ``privsql:///new.duckdb?budget=3``), or a server's
+``privsql+server://alice@host:5433/db`` (``privsql.remote``; answers are then plain
+DataFrames, with the server's notice of their cost). Options:
 
     -o NAME          also store the privsql Result in NAME (for NAME.plot(), .accuracy())
     -k COL=V1,V2     public values of a GROUP BY key (repeatable), like db.sql(keys=...)
@@ -48,6 +50,7 @@ from sqlglot.tokens import TokenType
 
 import privsql
 from privsql import dbapi
+from privsql.remote import QueryFailed, RemoteSession, is_server_url
 from rewriter.dialect import PrivSQL
 
 ALPHA = 0.05
@@ -283,8 +286,8 @@ def load_ipython_extension(ipython: Any) -> None:
     class PrivsqlMagics(Magics):
         def __init__(self, shell: Any) -> None:
             super().__init__(shell)
-            self._current: privsql.Session | None = None
-            self._opened: dict[str, dbapi.Connection] = {}
+            self._current: privsql.Session | RemoteSession | None = None
+            self._opened: dict[str, dbapi.Connection | RemoteSession] = {}
 
         @no_var_expand  # IPython's own {name} and $name expansion would paste raw text
         @line_cell_magic
@@ -304,12 +307,37 @@ def load_ipython_extension(ipython: Any) -> None:
             queries = statements(sql)
             if not queries and magic == "%privsql":
                 self._current = db
-                budget = db.budget
-                print(f"privsql: ε remaining {budget.remaining:g} of {budget.total:g}")
+                if isinstance(db, RemoteSession):
+                    print(f"privsql: connected to {db.where}")
+                else:
+                    budget = db.budget
+                    print(f"privsql: ε remaining {budget.remaining:g} of {budget.total:g}")
                 return None
             if not queries:
                 raise UsageError(f"{magic}: the cell holds no SQL")
+            if isinstance(db, RemoteSession):
+                return self._run_remote(db, queries, options, magic)
             return self._run(db, queries, options)
+
+        def _run_remote(
+            self, db: RemoteSession, queries: list[str], options: dict[str, Any], magic: str
+        ) -> Any:
+            """Queries on a server: plain DataFrames, and the server's notices of their cost
+            (``SET privsql_intervals = on`` adds the intervals as ``<column>_pm`` columns)."""
+            if options["keys"] or options["explain"] or options["alpha"] != ALPHA:
+                raise UsageError(f"{magic}: -k, -a and --explain need an in-process session")
+            frame = None
+            for query in queries:
+                try:
+                    frame, notices = db.sql(query)
+                except QueryFailed as error:
+                    print(error, file=sys.stderr)
+                    return None
+                for notice in notices:
+                    print(notice)
+                if options["output"]:
+                    self.shell.user_ns[options["output"]] = frame
+            return frame
 
         def _run(self, db: privsql.Session, queries: list[str], options: dict[str, Any]) -> Any:
             from privsql.cli import describe_cost, error_line
@@ -338,7 +366,7 @@ def load_ipython_extension(ipython: Any) -> None:
             value = self.shell.user_ns.get(name)
             return isinstance(value, (privsql.Session, dbapi.Connection))
 
-        def _session(self, name: str | None, magic: str) -> privsql.Session:
+        def _session(self, name: str | None, magic: str) -> privsql.Session | RemoteSession:
             if name is None:
                 if self._current is None:
                     self._current = privsql.connect()
@@ -357,14 +385,19 @@ def load_ipython_extension(ipython: Any) -> None:
                 )
             return db
 
-        def _open(self, url: str, magic: str) -> privsql.Session:
-            """The session of a ``privsql:///PATH`` URL, opened once per notebook."""
+        def _open(self, url: str, magic: str) -> privsql.Session | RemoteSession:
+            """The session of a ``privsql:///PATH`` URL, or the connection to the server of
+            a ``privsql+server://`` or ``postgresql://`` one, opened once per notebook."""
             if url not in self._opened:
                 try:
-                    database, settings = dbapi.parse_url(url)
-                    self._opened[url] = dbapi.connect(database, **settings)
-                except dbapi.Error as error:
+                    if is_server_url(url):
+                        self._opened[url] = RemoteSession(url)
+                    else:
+                        database, settings = dbapi.parse_url(url)
+                        self._opened[url] = dbapi.connect(database, **settings)
+                except (dbapi.Error, QueryFailed) as error:
                     raise UsageError(f"{magic}: cannot open the database: {error}") from None
-            return self._opened[url].session
+            opened = self._opened[url]
+            return opened if isinstance(opened, RemoteSession) else opened.session
 
     ipython.register_magics(PrivsqlMagics)

@@ -33,10 +33,8 @@ from sqlalchemy.pool import Pool, StaticPool
 
 import privsql
 from privsql import dbapi
+from privsql.remote import SERVER_PORT
 from privsql.repl import catalog
-
-SERVER_PORT = 5433
-"""The port ``privsql serve`` listens on unless told otherwise."""
 
 TYPES: Mapping[str, type[sqltypes.TypeEngine]] = {
     "BOOLEAN": sqltypes.Boolean,

@@ -183,6 +183,7 @@ def test_a_line_magic_connects_and_then_runs_queries_on_that_session(shell, caps
     )
     assert sorted(run.result["origin"]) == ["JFK", "LGA"]
     assert shell.user_ns["db"].budget.spent == 0.75
+    shell.run_cell("%privsql privsql://")  # the magic's current session: in memory again
 
 
 def test_names_in_braces_are_values_written_as_sql_literals(shell):
@@ -233,7 +234,7 @@ def test_the_magic_opens_a_privsql_url(shell, tmp_path, flights_frame, capsys):
     assert not run.success and "cannot open" in str(run.error_in_exec)
     run = shell.run_cell("%privsql privsql+server://alice:pa55word@localhost/flights")
     assert not run.success and "pa55word" not in str(run.error_in_exec)
-    shell.run_cell("%privsql db")  # back to the fixture's session, closing nothing it owns
+    shell.run_cell("%privsql privsql://")  # the magic's current session: in memory again
 
 
 def test_split_line_keeps_the_sql_verbatim():

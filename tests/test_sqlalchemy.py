@@ -198,6 +198,32 @@ def test_the_server_dialect_reaches_privsql_serve(server):
     engine.dispose()
 
 
+def test_the_magic_connects_to_privsql_serve(server, capsys):
+    pytest.importorskip("IPython")
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "privsql")
+    url = f"privsql+server://alice:pw@127.0.0.1:{server}/flights?sslmode=disable"
+    run = shell.run_cell(f"%privsql {url}")
+    assert run.success, run.error_in_exec
+    assert f"connected to 127.0.0.1:{server} as alice" in capsys.readouterr().out
+    shell.user_ns["month"] = 7
+    run = shell.run_cell(
+        "%privsql SELECT COUNT(*) AS n FROM flights WHERE month = {month} "
+        "PRIVACY_UNIT tailnum BOUND ROWS 10 EPSILON 0.25"
+    )
+    assert run.success and list(run.result.columns) == ["n"] and len(run.result) == 1
+    assert "ε = 0.25" in capsys.readouterr().out  # the server's notice
+    run = shell.run_cell(f"%privsql {NOT_DP}")
+    assert run.success and run.result is None
+    assert capsys.readouterr().err.startswith("refused: [aggregate]")
+    run = shell.run_cell("%privsql -k origin=JFK SELECT 1 AS one")
+    assert not run.success and "in-process" in str(run.error_in_exec)
+    shell.run_cell("%privsql privsql://")  # the magic's current session: in memory again
+    shell.user_ns.pop("month")
+
+
 # -- jupysql ---------------------------------------------------------------------------------
 
 
