@@ -163,6 +163,99 @@ def test_without_a_session_the_magic_uses_an_in_memory_one(shell):
     assert run.success and run.result["answer"].tolist() == [42]
 
 
+# -- the %privsql line magic and {name} values ---------------------------------------------
+
+
+def test_a_line_magic_connects_and_then_runs_queries_on_that_session(shell, capsys):
+    run = shell.run_cell("%privsql db")
+    assert run.success and run.result is None
+    assert "ε remaining 5 of 5" in capsys.readouterr().out
+    run = shell.run_cell(f"frame = %privsql -o res {' '.join(BY_ORIGIN.split())}")
+    assert run.success, run.error_in_exec
+    frame = shell.user_ns["frame"]
+    assert list(frame["origin"]) == ["EWR", "JFK", "LGA"]
+    assert "ε = 0.5 charged" in frame._repr_html_()
+    assert shell.user_ns["res"].epsilon == 0.5 and shell.user_ns["db"].budget.spent == 0.5
+    # a line naming its session and options, like a cell's first line
+    run = shell.run_cell(
+        "%privsql db -k origin=JFK,LGA SELECT origin, COUNT(*) AS n FROM flights "
+        "GROUP BY origin PRIVACY_UNIT tailnum BOUND ROWS 5 EPSILON 0.25"
+    )
+    assert sorted(run.result["origin"]) == ["JFK", "LGA"]
+    assert shell.user_ns["db"].budget.spent == 0.75
+    shell.run_cell("%privsql privsql://")  # the magic's current session: in memory again
+
+
+def test_names_in_braces_are_values_written_as_sql_literals(shell):
+    hostile = "x' OR 1=1; DROP TABLE flights; --"
+    shell.user_ns.update(month=7, carrier=hostile, eps=0.25, text="it's {month}", minus=-5)
+    run = shell.run_cell(
+        "%privsql db -o res SELECT COUNT(*) AS n FROM flights "
+        "WHERE month = {month} AND carrier <> {carrier} "
+        "PRIVACY_UNIT tailnum BOUND ROWS 10 EPSILON {eps}"
+    )
+    assert run.success, run.error_in_exec
+    assert shell.user_ns["res"].epsilon == 0.25
+    run = shell.run_cell("%privsql db SELECT {carrier} AS c, {text} AS t, '{month}' AS m")
+    assert run.result.iloc[0].tolist() == [hostile, "it's {month}", "{month}"]
+    run = shell.run_cell("%%privsql db\nSELECT {month} + 1 AS next, -{minus} AS plus")
+    assert run.result.iloc[0].tolist() == [8, 5]
+    for name in ("month", "carrier", "eps", "text", "minus"):
+        shell.user_ns.pop(name)
+
+
+def test_line_magic_usage_errors(shell):
+    run = shell.run_cell("%privsql nowhere")
+    assert not run.success and "no variable named nowhere" in str(run.error_in_exec)
+    run = shell.run_cell("%privsql db SELECT {missing} AS m")
+    assert not run.success and "no variable named missing" in str(run.error_in_exec)
+    shell.user_ns["span"] = __import__("datetime").timedelta(days=1)
+    run = shell.run_cell("%privsql db SELECT {span} AS s")
+    assert not run.success and "timedelta" in str(run.error_in_exec)
+    shell.user_ns.pop("span")
+    assert shell.user_ns["db"].budget.spent == 0
+
+
+def test_the_magic_opens_a_privsql_url(shell, tmp_path, flights_frame, capsys):
+    path = tmp_path / "flights.duckdb"
+    with privsql.connect(path, budget=2.0) as owner:
+        owner._con.register("frame", flights_frame.head(20000))
+        owner._con.execute("CREATE TABLE flights AS SELECT * FROM frame")
+        owner.protect("flights", privacy_unit="tailnum")
+    run = shell.run_cell(f"%privsql privsql:///{path}")
+    assert run.success and "ε remaining 2 of 2" in capsys.readouterr().out
+    run = shell.run_cell(
+        "%privsql SELECT COUNT(*) AS n FROM flights PRIVACY_UNIT tailnum BOUND ROWS 10 EPSILON 0.5"
+    )
+    assert run.success and len(run.result) == 1
+    run = shell.run_cell(f"%%privsql privsql:///{path}\nSELECT 1 AS one")  # the same session
+    assert run.success and run.result["one"].tolist() == [1]
+    run = shell.run_cell(f"%privsql privsql:///{tmp_path}/missing/x.duckdb?budget=1")
+    assert not run.success and "cannot open" in str(run.error_in_exec)
+    run = shell.run_cell("%privsql privsql+server://alice:pa55word@localhost/flights")
+    assert not run.success and "pa55word" not in str(run.error_in_exec)
+    shell.run_cell("%privsql privsql://")  # the magic's current session: in memory again
+
+
+def test_split_line_keeps_the_sql_verbatim():
+    from privsql.magic import split_line
+
+    def is_session(word):
+        return word == "db"
+
+    assert split_line("db -o r -a 0.1 SELECT  '-o'  -- db", is_session) == (
+        "db -o r -a 0.1 ",
+        "SELECT  '-o'  -- db",
+    )
+    assert split_line("SELECT 1", is_session) == ("", "SELECT 1")
+    assert split_line("--explain privsql:///f.duckdb FROM t", is_session) == (
+        "--explain privsql:///f.duckdb ",
+        "FROM t",
+    )
+    assert split_line("nowhere", is_session) == ("nowhere", "")
+    assert split_line("db", is_session) == ("db", "")
+
+
 # -- plots ---------------------------------------------------------------------------------
 
 
