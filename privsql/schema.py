@@ -146,8 +146,8 @@ def _columns(catalog: Catalog, engine: Engine, table: exp.Table) -> list[tuple[s
 def _check_view_sources(table: exp.Table, catalog: Catalog, depth: int = 0) -> None:
     """Refuse a view that reads, directly or through other views, a source whose schema
     could be data: binding it to read its columns would sniff that source."""
-    definition = None if isinstance(table.this, exp.Func) else catalog.views.get(
-        catalog.identity(table)
+    definition = (
+        None if isinstance(table.this, exp.Func) else catalog.views.get(catalog.identity(table))
     )
     if definition is None:
         return
