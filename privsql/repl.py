@@ -714,7 +714,8 @@ def make_completer(db: privsql.Session) -> Any:
     from prompt_toolkit.completion import Completer, Completion
 
     class SQLCompleter(Completer):
-        """Keywords, functions, tables and columns; dot commands and tables after ``.schema``."""
+        """Keywords, functions, tables and columns; dot commands, tables after ``.schema``
+        (and ``.protect``, ``.public``) and modes after ``.mode``."""
 
         def __init__(self) -> None:
             self.tables: dict[str, list[tuple[str, str]]] = {}
@@ -734,12 +735,12 @@ def make_completer(db: privsql.Session) -> Any:
                         if command.startswith(head.lower()):
                             yield Completion(command, -len(head), display_meta="command")
                     return
-                if head.lower() == ".schema":
+                if head.lower() in (".schema", ".public", ".protect"):
                     for name in self.tables:
                         if name.lower().startswith(rest.lower()):
                             yield Completion(name, -len(rest), display_meta="table")
                     return
-                if head.lower() == ".format":
+                if head.lower() in (".mode", ".format"):
                     for name in FORMATS:
                         if name.startswith(rest.lower()):
                             yield Completion(name, -len(rest), display_meta="format")
@@ -837,7 +838,7 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
         budget = db.budget
         toolbar["text"] = (
             f" ε remaining <b>{budget.remaining:g}</b> of {budget.total:g} · {where} · "
-            f"format {shell.fmt} · Tab completes · .help"
+            f"mode {shell.fmt} · Tab completes · .help"
         )
 
     update_toolbar()
@@ -862,10 +863,8 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
             continue
         except EOFError:
             break
-        buffer = CommandBuffer()
-        commands = [c for line in text.splitlines() for c in buffer.feed(line)] + buffer.flush()
-        for command in commands:
-            shell.run(command)
+        for command in split_commands(text):
+            shell.run(command.text)
             if shell.done:
                 break
         completer.refresh()
