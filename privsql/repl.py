@@ -395,8 +395,8 @@ class Shell:
             ".explain": self._explain,
             ".mode": self._mode,
             ".format": self._mode,
-            ".intervals": self._intervals,
-            ".timer": self._timer,
+            ".intervals": lambda argument: self._toggle(argument, "intervals"),
+            ".timer": lambda argument: self._toggle(argument, "timer"),
             ".read": self._read,
             ".output": self._output,
             ".protect": self._protect,
@@ -410,13 +410,6 @@ class Shell:
     def _usage(self, text: str) -> int:
         self.note(f"error: usage: {text}", "red")
         return EXIT_ERROR
-
-    def _switch(self, argument: str, name: str) -> bool | None:
-        """``on``/``off`` as a bool; None (after saying how to use it) for anything else."""
-        if argument.lower() in ("on", "off"):
-            return argument.lower() == "on"
-        self._usage(f"{name} on|off")
-        return None
 
     # commands
 
@@ -476,21 +469,14 @@ class Shell:
         self.fmt = argument.lower()
         return EXIT_OK
 
-    def _intervals(self, argument: str) -> int:
+    def _toggle(self, argument: str, setting: str) -> int:
+        """``.intervals`` and ``.timer``: show the setting, or turn it ``on`` or ``off``."""
         if not argument:
-            self.say("on" if self.intervals else "off")
+            self.say("on" if getattr(self, setting) else "off")
             return EXIT_OK
-        switch = self._switch(argument, ".intervals")
-        if switch is None:
-            return EXIT_ERROR
-        self.intervals = switch
-        return EXIT_OK
-
-    def _timer(self, argument: str) -> int:
-        switch = self._switch(argument, ".timer")
-        if switch is None:
-            return EXIT_ERROR
-        self.timer = switch
+        if argument.lower() not in ("on", "off"):
+            return self._usage(f".{setting} on|off")
+        setattr(self, setting, argument.lower() == "on")
         return EXIT_OK
 
     def _read(self, argument: str) -> int:

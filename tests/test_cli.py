@@ -329,6 +329,8 @@ def test_describe_never_sniffs_a_file_whose_header_is_data(capsys, database, tmp
         code, out, err = run(capsys, database, "-c", statement)
         assert planted not in out + err, statement
         assert code == (0 if statement.startswith("SHOW") else 1)
+    code, _, err = run(capsys, database, "-c", f"DESCRIBE read_parquet('{database}')")
+    assert code == 1 and "the database's own files cannot be read" in err
 
 
 def test_the_owner_declares_tables_with_dot_commands(capsys, database):
