@@ -511,6 +511,17 @@ def split_commands(text: str) -> list[Command]:
     return commands + buffer.flush()
 
 
+def read_script(path: str) -> str:
+    """The text of a file of commands (``-``: stdin); an OSError saying in one line why it
+    cannot be read."""
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text()
+    except UnicodeDecodeError:
+        raise OSError(f"not a text file: {path}") from None
+    except OSError as error:
+        raise OSError(f"{error.strerror or 'cannot read'}: {path}") from None
+
+
 # -- the command -------------------------------------------------------------------------
 
 
@@ -573,10 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.file is not None:
         where = "<stdin>" if args.file == "-" else args.file
         try:
-            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or "not a text file"
-            print(f"privsql: error: {reason}: {args.file}", file=sys.stderr)
+            text = read_script(args.file)
+        except OSError as error:
+            print(f"privsql: error: {error}", file=sys.stderr)
             return EXIT_ERROR
     try:
         db = privsql.connect(

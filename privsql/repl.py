@@ -44,6 +44,7 @@ from privsql.cli import (
     interval_display,
     is_complete,
     plain_columns,
+    read_script,
     render_box,
     split_commands,
     style,
@@ -295,7 +296,7 @@ class Shell:
         self.out = self.screen
         self.err = self.screen if interactive else (err or sys.stderr)
         self.done = False
-        self._reading: list[Path] = []  # files being read by .read, innermost last
+        self._reading = 0  # how deeply .read is reading files
         self.progress_stream = self.err if progress else None
         if progress:
             try:  # DuckDB reports progress only with the bar on; privsql draws its own
@@ -482,21 +483,20 @@ class Shell:
     def _read(self, argument: str) -> int:
         if not argument:
             return self._usage(".read FILE")
-        path = Path(argument.strip("'\""))
-        if len(self._reading) >= MAX_READ_DEPTH:
+        path = argument.strip("'\"")
+        if self._reading >= MAX_READ_DEPTH:
             self.note(f"error: .read nested more than {MAX_READ_DEPTH} deep", "red")
             return EXIT_ERROR
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or "not a text file"
-            self.note(f"error: {reason}: {path}", "red")
+            text = read_script(path)
+        except OSError as error:
+            self.note(f"error: {error}", "red")
             return EXIT_ERROR
-        self._reading.append(path)
+        self._reading += 1
         try:
-            return self.run_all(split_commands(text), where=str(path), bail=False)
+            return self.run_all(split_commands(text), where=path, bail=False)
         finally:
-            self._reading.pop()
+            self._reading -= 1
 
     def _output(self, argument: str) -> int:
         target = argument.strip("'\"")

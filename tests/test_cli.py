@@ -407,6 +407,16 @@ def test_read_output_mode_intervals_and_timer(capsys, database, tmp_path):
     assert "ε" not in answers.read_text()  # messages never go to the output file
 
 
+def test_read_reports_a_missing_file_and_a_file_that_reads_itself(capsys, database, tmp_path):
+    code, _, err = run(capsys, database, "-c", f".read {tmp_path / 'missing.sql'}")
+    assert code == 2 and "No such file or directory" in err and "missing.sql" in err
+    loop = tmp_path / "loop.sql"
+    loop.write_text(f"SELECT 1 AS one;\n.read {loop}\n")
+    code, out, err = run(capsys, database, "-f", str(loop))
+    assert code == 2 and "error: .read nested more than 16 deep" in err
+    assert out.count("┌") == 17  # the outer file and the 16 files it read each ran line 1
+
+
 def test_explain_spends_nothing(capsys, database):
     code, out, err = run(capsys, database, "-c", f"EXPLAIN {BY_ORIGIN}")
     assert code == 0 and "ε = 0.5" in out and "Laplace" in out and "spends nothing" in err
