@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -232,7 +233,10 @@ def parse_protect(argument: str) -> tuple[str, str, dict[str, Bounds], dict[str,
             raise usage
     while len(tokens) > at + 1 and tokens[at].token_type == TokenType.DOT:
         at += 2
-    if len(tokens) <= at or tokens[at].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+    named = len(tokens) > at and (
+        tokens[at].token_type == TokenType.IDENTIFIER or tokens[at].text.isidentifier()
+    )
+    if not named:  # the unit: a name, quoted or not (``user`` is a keyword to the tokenizer)
         raise usage
     source = argument[: tokens[at - 1].end + 1].strip()
     unit = tokens[at].text
@@ -247,17 +251,23 @@ def parse_protect(argument: str) -> tuple[str, str, dict[str, Bounds], dict[str,
             if not isinstance(item.this, exp.Column):
                 raise usage
             if isinstance(item, exp.Between):
-                low, high = item.args["low"].to_py(), item.args["high"].to_py()
+                low, high = _constant(item.args["low"]), _constant(item.args["high"])
                 if not all(isinstance(v, int | float) for v in (low, high)):
                     raise usage
                 bounds[item.this.name] = (low, high)
             elif isinstance(item, exp.In) and item.expressions:
-                keys[item.this.name] = [value.to_py() for value in item.expressions]
+                keys[item.this.name] = [_constant(value) for value in item.expressions]
             else:
                 raise usage
     except (SqlglotError, ValueError):
         raise usage from None
     return source, unit, bounds, keys
+
+
+def _constant(node: exp.Expr) -> object:
+    """A literal's value (a decimal number as a float); ValueError for anything else."""
+    value = node.to_py()
+    return float(value) if isinstance(value, Decimal) else value
 
 
 class Shell:

@@ -283,6 +283,32 @@ def test_completer_offers_tables_columns_keywords_and_commands(session):
     assert completions(completer, ".public fl") == ["flights"]
 
 
+def test_protect_arguments_are_read_as_sql():
+    assert repl.parse_protect("flights tailnum") == ("flights", "tailnum", {}, {})
+    assert repl.parse_protect(
+        "read_parquet(['a.parquet', 'b (1).parquet']) \"tail num\" "
+        "delay BETWEEN -30 AND 180.5, month IN (1, 2), origin IN ('EWR')"
+    ) == (
+        "read_parquet(['a.parquet', 'b (1).parquet'])",
+        "tail num",
+        {"delay": (-30, 180.5)},
+        {"month": [1, 2], "origin": ["EWR"]},
+    )
+    assert repl.parse_protect("main.ratings user") == ("main.ratings", "user", {}, {})
+    for wrong in (
+        "",
+        "flights",
+        "read_parquet('a.parquet' tailnum",
+        "flights tailnum distance BETWEEN 'a' AND 5",
+        "flights tailnum distance BETWEEN 0 AND 5 origin IN ('EWR')",  # no comma
+        "flights tailnum origin IN (SELECT 'EWR')",
+        "flights tailnum distance > 5",
+        "flights tailnum LOWER(origin) IN ('ewr')",
+    ):
+        with pytest.raises(ValueError, match="protect TABLE UNIT"):
+            repl.parse_protect(wrong)
+
+
 def test_progress_bar_draws_while_waiting_and_clears_after():
     class FakeConnection:
         def query_progress(self) -> float:
