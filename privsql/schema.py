@@ -20,26 +20,38 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
 
 from privsql.engines import Engine
 from privsql.result import Result
 from rewriter.analyze import analyze_source
 from rewriter.catalog import FILE, Catalog, Protection
+from rewriter.dialect import PrivSQL
 from rewriter.errors import PrivacyError, StatementNotAllowed, UnknownName, UnsupportedQuery
 from rewriter.resolve import VIEW_DEPTH, check_source
 
 if TYPE_CHECKING:
     from privsql.session import Session
 
-DESCRIBE = re.compile(r"(?is)^\s*(?:describe|desc|show)\s+(?!all\s+tables\s*$)(?!tables\s*$)(.+)$")
-SHOW_TABLES = re.compile(r"(?is)^\s*show\s+(all\s+)?tables\s*$")
-QUERY = re.compile(r"(?is)^\s*\(?\s*(select|with|from|values)\b")
+SHOW_TABLES = re.compile(r"(?is)^show\s+(all\s+)?tables$")
+DESCRIBE = re.compile(r"(?is)^(?:describe|desc|show)\s+(.+)$")
+QUERY = re.compile(r"(?is)^\(?\s*(select|with|from|values)\b")
 
 
 def schema_statement(statement: str, session: Session) -> Result | None:
     """The answer to ``DESCRIBE source`` (or ``SHOW source``), ``SHOW TABLES`` or ``SHOW ALL
-    TABLES``, like DuckDB's; None for any other statement. A trailing ``;`` is allowed."""
-    statement = statement.strip().rstrip(";")
+    TABLES``, like DuckDB's; None for any other statement. Comments around it and a
+    trailing ``;`` are allowed."""
+    try:
+        tokens = PrivSQL().tokenize(statement)
+    except TokenError:
+        return None  # not a statement: the query's parser says why
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        tokens.pop()
+    if not tokens:
+        return None
+    statement = statement[tokens[0].start : tokens[-1].end + 1]
     shown = SHOW_TABLES.match(statement)
     if shown:
         listing = session.tables()

@@ -294,7 +294,8 @@ def test_describe_a_protected_parquet_file_and_a_public_table(capsys, database, 
         ("origin", "VARCHAR", "private"),
         ("distance", "BIGINT", "private"),
     ]
-    code, out, _ = run(capsys, database, "--format", "csv", "-c", "SHOW airlines")
+    shown = "-- the public table\nSHOW airlines; -- comments around it are allowed"
+    code, out, _ = run(capsys, database, "--format", "csv", "-c", shown)
     assert code == 0 and out.splitlines()[1:] == ["carrier,VARCHAR,public", "name,VARCHAR,public"]
 
 
