@@ -68,7 +68,7 @@ Alt-Enter runs it anyway). Tab completes keywords, tables and columns.
 
   DESCRIBE TABLE;       columns, DuckDB types and what the owner declared (also SHOW TABLE)
   SHOW [ALL] TABLES;    tables, views and declared Parquet files; schemas cost nothing
-  .tables               tables and views, and who may read them how
+  .tables               tables, views and declared files, and who may read them how
   .schema [TABLE]       columns, types, the privacy unit and declared bounds and keys
   .explain SQL          the plan: sensitivities, noise scales and ε; spends nothing
                         (EXPLAIN SELECT ...; works too)
