@@ -73,6 +73,7 @@ def describe(catalog: Catalog, engine: Engine, source: str) -> pa.Table:
     its DuckDB type and what the owner declared of it (``privacy``: ``public``, ``private``,
     ``privacy unit``, or ``private`` with the declared bounds and public keys)."""
     table = analyze_source(source)
+    _refuse_reserved(table, catalog)
     catalog.check_readable(table)
     if not isinstance(table.this, exp.Func) and catalog.identity(table) not in (
         catalog.tables or frozenset()
@@ -171,8 +172,15 @@ def _check_view_sources(table: exp.Table, catalog: Catalog, depth: int = 0) -> N
         raise UnsupportedQuery(f"view {table.name} cannot be read as a query")
     for inner in body.find_all(exp.Table):
         check_source(inner)
+        _refuse_reserved(inner, catalog)
         catalog.check_readable(inner)
         _check_view_sources(inner, catalog, depth + 1)
+
+
+def _refuse_reserved(table: exp.Table, catalog: Catalog) -> None:
+    """privsql's own schema (the ledger) is not described, as it is not queried."""
+    if catalog.reserved_schema in (table.db.lower(), table.catalog.lower()):
+        raise StatementNotAllowed(f"schema {catalog.reserved_schema} is privsql's own")
 
 
 def _declared(column: str, protection: Protection | None) -> str:
@@ -202,7 +210,7 @@ def _reader(identity: str) -> tuple[str, exp.Table]:
 
 def _no_such_table(source: str, catalog: Catalog) -> str:
     """DuckDB's wording for an unknown table, with the closest names as candidates."""
-    names = sorted(catalog.tables or ())
+    names = sorted(n for n in catalog.tables or () if catalog.reserved_schema not in n)
     close = difflib.get_close_matches(source.lower(), names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else "; SHOW TABLES lists them"
     return f"table {source} does not exist{hint}"

@@ -177,6 +177,7 @@ def test_bail_stops_at_the_first_failure_and_says_so(capsys, database, tmp_path)
         ("SELECT COUNT(*) AS n FROM airlines", 0, "public data"),
         (REFUSED, 1, "refused: [privacy-unit-required]"),
         ("DESCRIBE flightz", 2, "error: [unknown-name] table flightz does not exist"),
+        ("DESCRIBE __privsql.budget", 1, "refused: [select-only] schema __privsql is privsql's"),
         ("SELECT (1", 3, "error: [syntax]"),
         (f"SELECT (1; {REFUSED}; SELECT 1", 3, "statement 1: error: [syntax]"),
     ],
