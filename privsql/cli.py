@@ -2,13 +2,15 @@
 
     privsql flights.duckdb --budget 3             # the REPL (see privsql/repl.py)
     privsql flights.duckdb -c "SELECT COUNT(*) FROM flights PRIVACY_UNIT tailnum BOUND ROWS 10"
-    privsql flights.duckdb -f queries.sql --format csv
+    privsql flights.duckdb -f queries.sql --format csv --bail
 
-Results go to stdout (a boxed table with each noisy cell's ± interval, CSV or JSON);
-the ε charged, refusals and errors go to stderr. ``-c`` and ``-f`` stop at the first
-refusal or error. Exit codes: 0 success, 1 a query was refused (a privacy rule or the
-budget; nothing was charged), 2 any other error (bad arguments, a missing file, a
-database that cannot be opened, a DuckDB error).
+Results go to stdout (a boxed table with each noisy cell's ± interval, CSV, JSON, Markdown
+or one line per column); the ε charged, refusals and errors go to stderr. ``-c`` and ``-f``
+run every statement and report each, a refusal or error prefixed with where it was
+(``queries.sql:3:``); ``--bail`` stops at the first failure. The exit code is that of the
+worst outcome: 0 success, 1 a query was refused (a privacy rule or the budget; nothing was
+charged), 2 any other error (an unknown name, a type mismatch, bad arguments, a missing file,
+a database that cannot be opened, a DuckDB error), 3 a syntax error.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
+import duckdb
 import pyarrow as pa
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
@@ -37,8 +43,15 @@ from rewriter.dialect import PrivSQL
 ALPHA = 0.05
 """Intervals shown next to noisy cells hold the noise with probability 1 - ALPHA."""
 
-EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
-FORMATS = ("table", "csv", "json")
+EXIT_OK, EXIT_REFUSED, EXIT_ERROR, EXIT_SYNTAX = 0, 1, 2, 3
+"""Exit codes; of several outcomes the highest is the command's (a syntax error is worst)."""
+
+FORMATS = ("table", "csv", "json", "markdown", "line")
+SEPARATE_INTERVALS = ("csv", "json")
+"""Formats that show intervals only when asked, as ``<column>_pm`` columns."""
+
+INTERVAL_SUFFIX = "_pm"
+"""Name suffix of the column holding a noisy column's interval half-widths (plus-minus)."""
 
 # -- text styles (ANSI; used only when writing to a terminal) ---------------------------
 
@@ -87,6 +100,8 @@ def format_value(value: object) -> str:
         return "NULL"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
@@ -125,7 +140,18 @@ class Column:
     numeric: bool
 
 
-_TYPE_NAMES = {"string": "varchar", "large_string": "varchar", "bool": "boolean"}
+@lru_cache(maxsize=1)
+def _types_connection() -> duckdb.DuckDBPyConnection:
+    return duckdb.connect()
+
+
+def duckdb_type_names(schema: pa.Schema) -> list[str]:
+    """DuckDB's names of an Arrow schema's types (``TIMESTAMP WITH TIME ZONE``, not
+    ``timestamp[us, tz=Etc/UTC]``), as DuckDB itself reads those Arrow types."""
+    if not len(schema):
+        return []
+    relation = _types_connection().cursor().from_arrow(schema.empty_table())
+    return [str(kind) for kind in relation.types]
 
 
 FLAG = "⚠"
@@ -143,7 +169,8 @@ def _columns(result: Result, alpha: float) -> list[Column]:
     widths = result.accuracy(alpha)
     flags = result.flags(alpha)
     columns = []
-    for field, data in zip(table.schema, table.columns, strict=True):
+    type_names = duckdb_type_names(table.schema)
+    for field, data, type_name in zip(table.schema, table.columns, type_names, strict=True):
         values = data.to_pylist()
         half_widths = widths.column(field.name).to_pylist()
         marks = flags.column(field.name).to_pylist()
@@ -158,7 +185,7 @@ def _columns(result: Result, alpha: float) -> list[Column]:
         columns.append(
             Column(
                 name=field.name,
-                type=_TYPE_NAMES.get(str(field.type), str(field.type)),
+                type=type_name,
                 values=[c[0] for c in cells],
                 intervals=[c[1] for c in cells],
                 numeric=numeric,
@@ -252,14 +279,14 @@ def _records(result: Result, alpha: float, intervals: bool) -> tuple[list[str], 
     if intervals:
         widths = result.accuracy(alpha)
         for name in noisy_columns(result, alpha):
-            names.append(f"{name}_halfwidth")
+            names.append(f"{name}{INTERVAL_SUFFIX}")
             for row, w in zip(rows, widths.column(name).to_pylist(), strict=True):
                 row.append(w)
     return names, rows
 
 
 def format_csv(result: Result, *, alpha: float = ALPHA, intervals: bool = False) -> str:
-    """CSV with a header; ``intervals`` adds a ``<column>_halfwidth`` column per noisy column."""
+    """CSV with a header; ``intervals`` adds a ``<column>_pm`` column per noisy column."""
     names, rows = _records(result, alpha, intervals)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -273,14 +300,44 @@ def _json_value(value: object) -> object:
         return None
     if isinstance(value, int | float | str | bool) or value is None:
         return value
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
     return str(value)
 
 
 def format_json(result: Result, *, alpha: float = ALPHA, intervals: bool = False) -> str:
-    """A JSON array of row objects; ``intervals`` adds ``<column>_halfwidth`` keys."""
+    """A JSON array of row objects; ``intervals`` adds ``<column>_pm`` keys."""
     names, rows = _records(result, alpha, intervals)
     records = [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
     return json.dumps(records, ensure_ascii=False)
+
+
+def _cell(column: Column, row: int) -> str:
+    """A formatted cell, its interval (if any) after its value: ``57213 ± 2996``."""
+    interval = column.intervals[row]
+    return f"{column.values[row]} {interval}" if interval else column.values[row]
+
+
+def format_markdown(result: Result, *, alpha: float = ALPHA) -> str:
+    """A Markdown (GitHub) table; noisy cells read ``value ± half-width``, numbers align right."""
+    columns = _columns(result, alpha)
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rule = "|" + "|".join("---:" if c.numeric else "---" for c in columns) + "|"
+    rows = [line([_cell(c, i) for c in columns]) for i in range(len(result))]
+    return "\n".join([line([c.name for c in columns]), rule, *rows])
+
+
+def format_line(result: Result, *, alpha: float = ALPHA) -> str:
+    """DuckDB's line mode: one ``name = value`` line per column, a blank line between rows."""
+    columns = _columns(result, alpha)
+    width = max((display_width(c.name) for c in columns), default=0)
+    return "\n\n".join(
+        "\n".join(f"{_pad(c.name, width, '>')} = {_cell(c, i)}" for c in columns)
+        for i in range(len(result))
+    )
 
 
 def format_result(
@@ -291,18 +348,38 @@ def format_result(
     color: bool = False,
     intervals: bool = False,
 ) -> str:
+    """``result`` in one of FORMATS; ``intervals`` adds ``<column>_pm`` columns to CSV/JSON
+    (the other formats always show each noisy cell's interval next to it)."""
     if fmt == "csv":
         return format_csv(result, alpha=alpha, intervals=intervals)
     if fmt == "json":
         return format_json(result, alpha=alpha, intervals=intervals)
+    if fmt == "markdown":
+        return format_markdown(result, alpha=alpha)
+    if fmt == "line":
+        return format_line(result, alpha=alpha)
     return format_table(result, alpha=alpha, color=color)
 
 
+def interval_display(fmt: str, intervals: bool) -> str:
+    """How results in ``fmt`` show noisy cells' intervals: ``inline`` (``value ± w``),
+    ``columns`` (CSV/JSON with ``intervals``: ``<column>_pm``) or ``none`` (dropped)."""
+    if fmt not in SEPARATE_INTERVALS:
+        return "inline"
+    return "columns" if intervals else "none"
+
+
 def describe_cost(
-    result: Result, budget: privsql.Budget | None = None, alpha: float = ALPHA
+    result: Result,
+    budget: privsql.Budget | None = None,
+    alpha: float = ALPHA,
+    *,
+    intervals: str = "inline",
 ) -> str:
-    """One line: rows, what the answer cost and, given the budget, what remains; then, if
-    bounding cut enough to make some intervals untrue, a line saying so (``Result.warning``)."""
+    """One line: rows, what the answer cost, what its intervals mean where the format shows
+    them (``intervals``, see ``interval_display``: nothing about them when it dropped them)
+    and, given the budget, what remains; then, if bounding cut enough to make some
+    intervals untrue, a line saying so (``Result.warning``)."""
     rows = len(result)
     parts = [f"{rows} row{'s' if rows != 1 else ''}"]
     if result.cached:
@@ -312,19 +389,29 @@ def describe_cost(
     else:
         cost = f"ε = {result.epsilon:g} charged"
         parts.append(cost + (f" (δ = {result.delta:g})" if result.delta else ""))
-    if noisy_columns(result, alpha):
-        parts.append(f"± {1 - alpha:.0%} noise interval")
+    if intervals != "none" and noisy_columns(result, alpha):
+        level = f"{1 - alpha:.0%} noise interval"
+        if intervals == "columns":
+            parts.append(f"<column>{INTERVAL_SUFFIX}: half-width of the {level}")
+        else:
+            parts.append(f"± {level}")
     if budget is not None:
         parts.append(f"ε remaining {budget.remaining:g} of {budget.total:g}")
         if result.delta and not result.cached:
             parts.append(f"δ remaining {budget.delta_remaining:g} of {budget.delta_total:g}")
     warning = result.warning(alpha)
+    if warning and intervals == "none":  # the format shows no interval to warn about
+        warning = re.sub(r";[^;]*\binterval[^;]*$", "; bounding may have biased them", warning)
     return " · ".join(parts) + (f"\n{warning}" if warning else "")
 
 
 def error_line(error: BaseException) -> tuple[str, int]:
-    """A one-line message and exit code for an exception raised by a query."""
-    if isinstance(error, (privsql.UnknownName, privsql.PostProcessingError)):
+    """A one-line message and exit code for an exception raised by a query: a syntax error
+    (3); an unknown name, a type mismatch, failing post-processing or any non-privsql error
+    (2); any other privsql error is a refusal (1), which charged nothing."""
+    if isinstance(error, privsql.QuerySyntaxError):
+        return f"error: {error}", EXIT_SYNTAX
+    if isinstance(error, (privsql.UnknownName, privsql.TypeMismatch, privsql.PostProcessingError)):
         return f"error: {error}", EXIT_ERROR
     if isinstance(error, privsql.PrivacyError):
         message = str(error)
@@ -355,56 +442,84 @@ def is_complete(text: str) -> bool:
     return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON
 
 
+class Command(NamedTuple):
+    """One command of some input, and the line (from 1) its first token is on."""
+
+    line: int
+    text: str
+
+
 def statements(text: str) -> list[str]:
-    """Split on the semicolons the SQL tokenizer sees (not those inside strings or comments)."""
+    """Split on the semicolons the SQL tokenizer sees (not those inside strings or comments);
+    a piece holding only comments is no statement."""
+    return [command.text for command in numbered_statements(text)]
+
+
+def numbered_statements(text: str) -> list[Command]:
+    """``statements``, each with the line of ``text`` its first token is on."""
     try:
         tokens = PrivSQL().tokenize(text)
-    except TokenError:
-        return [text.strip()] if text.strip() else []
-    cuts = [t.start for t in tokens if t.token_type == TokenType.SEMICOLON]
-    pieces = [
-        text[a:b] for a, b in zip([0, *(c + 1 for c in cuts)], [*cuts, len(text)], strict=True)
-    ]
-    return [p.strip() for p in pieces if _has_tokens(p)]
-
-
-def _has_tokens(piece: str) -> bool:
-    try:
-        return bool(PrivSQL().tokenize(piece))
-    except TokenError:
-        return bool(piece.strip())
+    except TokenError:  # an unterminated string or comment: one statement, for the parser
+        stripped = text.strip()
+        return [Command(text[: text.index(stripped)].count("\n") + 1, stripped)] if stripped else []
+    found = []
+    start, first = 0, None
+    for token in tokens:
+        if token.token_type != TokenType.SEMICOLON:
+            first = token if first is None else first
+            continue
+        if first is not None:
+            found.append(Command(first.line, text[start : token.start].strip()))
+        start, first = token.end + 1, None
+    if first is not None:
+        found.append(Command(first.line, text[start:].strip()))
+    return found
 
 
 class CommandBuffer:
-    """Turns lines of input into commands: a dot command is one line; SQL ends with ``;``."""
+    """Turns lines of input into commands: a dot command is one line; SQL ends with ``;``.
+    Each command comes with the line of the input it starts on."""
 
     def __init__(self) -> None:
         self._sql: list[str] = []
+        self._lines = 0  # lines fed so far
+        self._start = 1  # the line the pending SQL starts on
 
     @property
     def pending(self) -> bool:
         return any(line.strip() for line in self._sql)
 
-    def feed(self, line: str) -> list[str]:
-        if not self.pending and line.strip().startswith("."):
-            self._sql = []
-            return [line.strip()]
+    def feed(self, line: str) -> list[Command]:
+        self._lines += 1
+        if not self.pending:
+            self._sql, self._start = [], self._lines
+            if line.strip().startswith("."):
+                return [Command(self._lines, line.strip())]
         self._sql.append(line)
-        text = "\n".join(self._sql)
-        if not is_complete(text):
+        if not is_complete("\n".join(self._sql)):
             return []
-        self._sql = []
-        return statements(text)
+        return self.flush()
 
-    def flush(self) -> list[str]:
+    def flush(self) -> list[Command]:
         text, self._sql = "\n".join(self._sql), []
-        return statements(text)
+        return [Command(self._start + c.line - 1, c.text) for c in numbered_statements(text)]
 
 
-def split_commands(text: str) -> list[str]:
+def split_commands(text: str) -> list[Command]:
     buffer = CommandBuffer()
     commands = [c for line in text.splitlines() for c in buffer.feed(line)]
     return commands + buffer.flush()
+
+
+def read_script(path: str) -> str:
+    """The text of a file of commands (``-``: stdin); an OSError saying in one line why it
+    cannot be read."""
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text()
+    except UnicodeDecodeError:
+        raise OSError(f"not a text file: {path}") from None
+    except OSError as error:
+        raise OSError(f"{error.strerror or 'cannot read'}: {path}") from None
 
 
 # -- the command -------------------------------------------------------------------------
@@ -414,7 +529,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="privsql",
         description="Differentially private SQL over DuckDB. Without -c or -f, opens a REPL.",
-        epilog="Exit codes: 0 success, 1 refused (nothing charged), 2 other error.",
+        epilog="Exit codes: 0 success, 1 refused (nothing charged), 2 other error "
+        "(unknown name, type mismatch, engine, file), 3 syntax error; of several "
+        "statements, the highest.",
     )
     p.add_argument(
         "database", nargs="?", default=":memory:", help="DuckDB database file (default: in memory)"
@@ -433,15 +550,18 @@ def parser() -> argparse.ArgumentParser:
         "--delta", type=float, help="δ of a query naming none (default 1e-6, at most the cap)"
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument("-c", dest="command", metavar="SQL", help="run SQL (or a dot command)")
     source.add_argument(
-        "-f", dest="file", metavar="FILE", help="run the commands of a file ('-': stdin)"
+        "-c", dest="command", metavar="SQL", help="run SQL statements (or a dot command)"
     )
+    source.add_argument(
+        "-f", dest="file", metavar="FILE", help="run every command of a file ('-': stdin)"
+    )
+    p.add_argument("--bail", action="store_true", help="-c/-f: stop at the first refusal or error")
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
     p.add_argument(
         "--intervals",
         action="store_true",
-        help="csv/json: add a <column>_halfwidth column per noisy column",
+        help=f"csv/json: add a <column>{INTERVAL_SUFFIX} column per noisy column",
     )
     p.add_argument(
         "--alpha",
@@ -458,14 +578,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.alpha < 1:
         print("privsql: error: --alpha must be between 0 and 1", file=sys.stderr)
         return EXIT_ERROR
-    text = None
+    text, where = None, None
     if args.command is not None:
         text = args.command
     elif args.file is not None:
+        where = "<stdin>" if args.file == "-" else args.file
         try:
-            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            text = read_script(args.file)
         except OSError as error:
-            print(f"privsql: error: {error.strerror}: {args.file}", file=sys.stderr)
+            print(f"privsql: error: {error}", file=sys.stderr)
             return EXIT_ERROR
     try:
         db = privsql.connect(
@@ -496,11 +617,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=sys.stderr.isatty(),
             prefix="privsql: ",
         )
-        for command in split_commands(text):
-            code = shell.run(command)
-            if code != EXIT_OK or shell.done:
-                return code
-    return EXIT_OK
+        try:
+            return shell.run_all(split_commands(text), where=where, bail=args.bail)
+        finally:
+            shell.close()
 
 
 if __name__ == "__main__":

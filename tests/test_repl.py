@@ -184,6 +184,58 @@ def test_dot_commands_and_completion(terminal: Terminal):
     assert terminal.close() == 0
 
 
+def test_duckdb_habits_schemas_and_the_owners_declarations(terminal: Terminal, tmp_path: Path):
+    # the owner declares a Parquet file private, with a bound, from the REPL
+    planes = tmp_path / "planes.parquet"
+    duckdb.execute(
+        "COPY (SELECT 'N' || (range % 50) AS tailnum, range % 7 AS seats FROM range(500)) "
+        f"TO '{planes}'"
+    )
+    terminal.enter(f".protect read_parquet('{planes}') tailnum seats BETWEEN 0 AND 6")
+    shown = terminal.read_until("CLAMPED BETWEEN 0 AND 6")
+    assert "private, privacy unit tailnum" in shown and re.search(r"seats\s+│ BIGINT", shown)
+    # schemas, private ones included, from the catalogue and the footer, for free
+    terminal.enter("SHOW TABLES;")
+    shown = terminal.read_until("schemas are not private: no cost")
+    assert re.search(r"airports\s+│ public", shown) and re.search(r"flights\s+│ private", shown)
+    assert re.search(r"read_parquet\('/\S+\s+│ private\s+│ tailnum", shown)  # a long path is cut
+    terminal.enter("DESCRIBE flights;")
+    shown = terminal.read_until("schemas are not private: no cost")
+    assert re.search(r"tailnum\s+│ VARCHAR\s+│ privacy unit", shown)
+    assert re.search(r"dep_delay\s+│ DOUBLE\s+│ private", shown)
+    # output modes; CSV keeps the intervals as <column>_pm columns when asked
+    terminal.enter(".mode markdown")
+    terminal.enter("SELECT faa FROM airports ORDER BY faa;")
+    shown = terminal.read_until("| LGA |")
+    assert "| faa |\r\n|---|\r\n| EWR |" in shown
+    terminal.enter(".mode line")
+    terminal.enter("SELECT faa, 1 AS one FROM airports ORDER BY faa LIMIT 1;")
+    assert re.search(r"faa = EWR\s+one = 1", terminal.read_until("one = 1"))
+    terminal.enter(".mode csv")
+    terminal.enter(".intervals on")
+    terminal.enter(".timer on")
+    private = f"SELECT SUM(seats) AS seats FROM read_parquet('{planes}') PRIVACY_UNIT tailnum"
+    terminal.enter(f"{private} BOUND ROWS 10 EPSILON 0.1;")
+    shown = terminal.read_until("Run Time (s): real")
+    assert re.search(r"seats,seats_pm\r\n-?[\d.]+,[\d.]+\r\n", shown)
+    assert "<column>_pm: half-width of the 95% noise interval" in shown
+    # .output sends results to a file, messages stay on the screen
+    answers = tmp_path / "answers.csv"
+    terminal.enter(f".output {answers}")
+    terminal.enter("SELECT COUNT(*) AS n FROM airports;")
+    shown = terminal.read_until("public data: exact, no cost")
+    terminal.enter(".output")
+    assert answers.read_text() == "n\n3\n" and "n\r\n3" not in shown
+    # .read runs each command of a file and says where a failure was
+    script = tmp_path / "script.sql"
+    script.write_text(".mode table\nSELECT tailnum FROM flights;\nSELECT 6 * 7 AS answer;\n")
+    terminal.enter(f".read {script}")
+    shown = terminal.read_until("3 commands: 2 ran, 1 refused, 0 failed")
+    assert f"{script}:2: refused: [" in shown and re.search(r"│\s+42 │", shown)
+    terminal.enter(".exit")
+    assert terminal.close() == 0
+
+
 def test_ctrl_c_cancels_a_long_query_after_its_progress_bar(terminal: Terminal):
     # public data (range) runs exactly: a long scan that shows DuckDB's progress
     terminal.enter("SELECT COUNT(*) FROM range(20000000000) t(i) WHERE hash(i) % 7 = 1;")
@@ -226,6 +278,35 @@ def test_completer_offers_tables_columns_keywords_and_commands(session):
     assert completions(completer, ".sch") == [".schema"]
     assert completions(completer, ".schema ai") == ["airports"]
     assert completions(completer, ".format j") == ["json"]
+    assert completions(completer, ".mode m") == ["markdown"]
+    assert completions(completer, ".ti") == [".timer"]
+    assert completions(completer, ".public fl") == ["flights"]
+
+
+def test_protect_arguments_are_read_as_sql():
+    assert repl.parse_protect("flights tailnum") == ("flights", "tailnum", {}, {})
+    assert repl.parse_protect(
+        "read_parquet(['a.parquet', 'b (1).parquet']) \"tail num\" "
+        "delay BETWEEN -30 AND 180.5, month IN (1, 2), origin IN ('EWR')"
+    ) == (
+        "read_parquet(['a.parquet', 'b (1).parquet'])",
+        "tail num",
+        {"delay": (-30, 180.5)},
+        {"month": [1, 2], "origin": ["EWR"]},
+    )
+    assert repl.parse_protect("main.ratings user") == ("main.ratings", "user", {}, {})
+    for wrong in (
+        "",
+        "flights",
+        "read_parquet('a.parquet' tailnum",
+        "flights tailnum distance BETWEEN 'a' AND 5",
+        "flights tailnum distance BETWEEN 0 AND 5 origin IN ('EWR')",  # no comma
+        "flights tailnum origin IN (SELECT 'EWR')",
+        "flights tailnum distance > 5",
+        "flights tailnum LOWER(origin) IN ('ewr')",
+    ):
+        with pytest.raises(ValueError, match="protect TABLE UNIT"):
+            repl.parse_protect(wrong)
 
 
 def test_progress_bar_draws_while_waiting_and_clears_after():
