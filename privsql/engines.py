@@ -11,6 +11,7 @@ DuckDB. Either way the ledger and the owner's declarations live in that DuckDB d
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -140,7 +141,10 @@ class DuckDBEngine:
         except duckdb.Error:
             outcome = PrivacyError(WITHHELD)
         finally:
-            self._con.execute("ROLLBACK")
+            # A fatal error invalidates the database and its ROLLBACK fails too: that
+            # failure must not replace the withheld outcome (its message quotes values).
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("ROLLBACK")
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:

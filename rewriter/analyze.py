@@ -638,7 +638,7 @@ def _typed_values(
     are de-duplicated by the very predicate that matches them to groups (``IS NOT DISTINCT
     FROM``): a value is kept only if no earlier one matches it, so every spelling of one
     group (``1``, ``'01'``, ``' 1'``; ``0.0`` and ``-0.0``; ``'35 days'`` and
-    ``'1 month 5 days'``) is released once.
+    ``'1 month 5 days'``; ``'a'`` and ``'A'`` under ``COLLATE NOCASE``) is released once.
     """
     if not values:
         raise InvalidOption("a public key list must not be empty")
@@ -657,28 +657,39 @@ def _typed_values(
         ),
     )
     typed = exp.select("i", "v", exp.TryCast(this=exp.column("v"), to=kind).as_("c")).from_(given)
-    earlier = (
-        exp.select("1")
-        .from_("typed AS b")
-        .where("b.i < a.i AND b.c IS NOT DISTINCT FROM a.c")
-    )
-    check = (
+    # The key itself, over no rows, joins the list so that comparisons take its collation
+    # (``VARCHAR COLLATE NOCASE``: 'a' and 'A' are one group), exactly as the release does.
+    collated = typed_key.where(exp.false())
+    collated.set("expressions", [exp.null(), exp.null(), key.copy()])
+    try:
+        rows = catalog.evaluate(_first_of_each(typed.union(collated, distinct=False)))
+    except InvalidOption:  # the engine's sources are not DuckDB's (Spark): no collations
+        rows = catalog.evaluate(_first_of_each(typed))
+    canonical = []
+    for value, text, first in rows:
+        if text is None and value is not None:
+            raise InvalidOption(f"key value {value!r} is not a {kind.sql(dialect='duckdb')}")
+        if first:
+            canonical.append(text)
+    return [exp.Cast(this=exp.convert(text), to=kind.copy()) for text in canonical]
+
+
+def _first_of_each(typed: exp.Query) -> str:
+    """Each listed value, its cast text, and whether no earlier value matches it."""
+    same = "b.i < a.i AND b.c IS NOT DISTINCT FROM a.c"
+    earlier = exp.select("1").from_("typed AS b").where(same)
+    return (
         exp.select(
             "a.v",
             exp.Cast(this=exp.column("c", "a"), to=exp.DataType.build("VARCHAR")),
             exp.Not(this=exp.Exists(this=earlier)),
         )
         .from_("typed AS a")
+        .where("a.i IS NOT NULL")
         .order_by("a.i")
         .with_("typed", as_=typed)
+        .sql(dialect="duckdb")
     )
-    canonical = []
-    for value, text, first in catalog.evaluate(check.sql(dialect="duckdb")):
-        if text is None and value is not None:
-            raise InvalidOption(f"key value {value!r} is not a {kind.sql(dialect='duckdb')}")
-        if first:
-            canonical.append(text)
-    return [exp.Cast(this=exp.convert(text), to=kind.copy()) for text in canonical]
 
 
 def _literal(value: object) -> exp.Expr:

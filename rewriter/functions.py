@@ -67,14 +67,34 @@ ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
         # dates and times
         "extract", "date_part", "datepart", "date_trunc", "date_diff", "date_sub", "datesub",
         "year", "month", "day", "hour", "minute", "second", "millisecond", "dayofweek",
-        "dayofyear", "dayofmonth", "week", "weekofyear", "quarter", "isodow", "isoyear",
-        "yearweek", "dayname", "monthname", "last_day", "epoch", "epoch_ms", "to_timestamp",
+        "dayofyear", "dayofmonth", "quarter", "isodow", "dayname", "monthname", "last_day",
+        "epoch", "epoch_ms", "to_timestamp",
         "make_date", "make_timestamp", "strftime", "strptime",
     }
 )  # fmt: skip
 """Scalar functions, by the (lower-case) DuckDB name sqlglot generates them as: aliases the
 analyst may write (``pow``, ``substr``, ``instr``, ``log10``, ``ceiling``, ``lcase``, ...) are
 normalised by sqlglot to one of these and need no entry."""
+
+DATE_UNITS: frozenset[str] = frozenset(
+    {
+        "century", "centuries", "decade", "decades", "millennium", "millennia",
+        "year", "years", "y", "yr", "yrs", "quarter", "quarters", "month", "months", "mon",
+        "day", "days", "d", "hour", "hours", "h", "minute", "minutes", "m", "min", "mins",
+        "second", "seconds", "s", "sec", "secs", "millisecond", "milliseconds", "ms", "msec",
+        "microsecond", "microseconds", "us", "usec", "dayofweek", "dow", "weekday",
+        "dayofyear", "doy", "isodow", "epoch", "julian", "era",
+    }
+)  # fmt: skip
+"""Date parts a date function may take (``date_part``, ``date_trunc``, ``date_diff``,
+``date_sub``, ``EXTRACT``), as constants only: the week family (``week``, ``isoyear``,
+``yearweek``, ...) raises outside TRY on the earliest DATE, and a part read from a column
+could be one of them."""
+
+DATE_PART_FUNCTIONS: frozenset[str] = frozenset(
+    {"date_part", "datepart", "date_trunc", "date_diff", "date_sub", "datesub", "extract"}
+)
+"""Functions whose date-part argument is checked against ``DATE_UNITS``."""
 
 BOUNDED_ARGUMENTS: dict[str, tuple[str, int]] = {
     "lpad": ("expression", 10_000),
@@ -185,6 +205,7 @@ def _check(node: exp.Expr, parent: exp.Expr | None, key: str | None) -> None:
             written = name or node.sql_name().lower()
             raise UnsupportedQuery(f"function {written} is not allowed in privsql queries")
         _check_bounded(node, name)
+        _check_date_part(node, name)
     else:
         raise UnsupportedQuery(f"{_describe(node)} is not allowed in privsql queries")
     _check_children(node)
@@ -229,6 +250,18 @@ def _check_bounded(node: exp.Func, name: str) -> None:
     value = node.args.get(key)
     if not (isinstance(value, exp.Literal) and value.is_int and 0 <= int(value.name) <= limit):
         raise UnsupportedQuery(f"{name} needs a constant length from 0 to {limit}")
+
+
+def _check_date_part(node: exp.Func, name: str) -> None:
+    if name not in DATE_PART_FUNCTIONS:
+        return
+    if isinstance(node, exp.Anonymous):
+        part = node.expressions[0] if node.expressions else None
+    else:
+        part = node.this if isinstance(node, exp.Extract) else node.args.get("unit")
+    if not (isinstance(part, (exp.Literal, exp.Var)) and part.name.lower() in DATE_UNITS):
+        written = part.sql(dialect="duckdb") if isinstance(part, exp.Expr) else "?"
+        raise UnsupportedQuery(f"{name} with the date part {written} is not allowed")
 
 
 def _describe(node: exp.Expr) -> str:

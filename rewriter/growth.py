@@ -22,8 +22,10 @@ from sqlglot.optimizer.scope import Scope, build_scope
 
 from rewriter.errors import UnsupportedQuery
 
-MAX_FACTOR = 64
-"""The largest multiple of a row's own size that one value may reach."""
+MAX_FACTOR = 8
+"""The largest multiple of a row's own size that one value may reach. DuckDB's strings stop
+at 4 GB with an error no TRY catches, so a stored value of more than 4 GB / MAX_FACTOR
+could still reach it: docs/privacy.md §8 names this limit."""
 
 MAX_CONSTANT = 1_000_000
 """The largest size, in characters, a value may reach beyond that multiple."""
@@ -104,6 +106,8 @@ class _Sizes:
             return _replaced(node, sizes)
         if isinstance(node, exp.RegexpReplace):
             return _regexp_replaced(node, sizes)
+        if isinstance(node, exp.ConcatWs) and sizes:  # the separator goes between each pair
+            return sizes[0].times(max(len(sizes) - 2, 1)) + sum(sizes[1:], NOTHING)
         if isinstance(node, (exp.Identifier, exp.Var, exp.DataType, exp.Boolean, exp.Null)):
             return total
         return total + Size(0, SCALAR)

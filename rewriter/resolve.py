@@ -254,7 +254,14 @@ def check_source(table: exp.Table) -> None:
         raise StatementNotAllowed(
             f"table function {name} is not allowed: read tables, views or Parquet files"
         )
-    paths = reader_paths(table.this)
+    reader = table.this
+    given = [reader.this] if reader.this is not None else []
+    if len([*given, *reader.expressions]) != 1:
+        raise StatementNotAllowed(
+            f"{name} takes only a path: reader options (schema=, filename=, "
+            "hive_partitioning=, ...) could rename, retype or add columns"
+        )
+    paths = reader_paths(reader)
     if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
         raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
     if any(URI.match(p.name) for p in paths):

@@ -151,3 +151,25 @@ def test_spark_release_stage_withholds_duckdb_messages():
         engine.release(parts, secret=1)
     assert planted not in str(failed.value) and "Conversion" not in str(failed.value)
     assert failed.value.__context__ is None and failed.value.__cause__ is None
+
+
+def test_a_failed_rollback_does_not_replace_the_withheld_error() -> None:
+    """A fatal engine error invalidates the database, so its ROLLBACK fails too; that second
+    error (which quotes the first) must not escape in place of the withheld one."""
+    from privsql.engines import DuckDBEngine
+
+    planted = "PLANTED_fatal_5521"
+
+    class Invalidated:
+        def execute(self, statement: str, *args: object) -> duckdb.DuckDBPyConnection:
+            if statement == "ROLLBACK":
+                raise duckdb.FatalException(f"database invalidated: {planted}")
+            return duckdb.connect().execute(statement)
+
+    def work() -> None:
+        raise duckdb.FatalException(f"Cannot create a string of size {planted}")
+
+    with pytest.raises(privsql.PrivacyError) as failed:
+        DuckDBEngine(Invalidated()).private(work)
+    assert planted not in str(failed.value)
+    assert failed.value.__context__ is None and failed.value.__cause__ is None

@@ -169,6 +169,9 @@ GROWTH = [
     "length(replace(note, 'o', note)) > 0",
     "length(replace(replace(replace(note, 'o', 'oooooo'), 'o', 'oooooo'), 'o', 'oooooo')) > 0",
     f"length(regexp_replace(note, '', '{'a' * 70}', 'g')) > 0",
+    # the separator goes between every pair of arguments
+    f"length(concat_ws(lpad('', 10000, 'x'), {', '.join(['note'] * 120)})) > 0",
+    f"length(concat_ws(note, {', '.join(['note'] * 12)})) > 0",
     "length(regexp_replace(note, '(.)', note, 'g')) > 0",
     "length(regexp_replace(regexp_replace(regexp_replace(note, '', '\\0\\0\\0\\0', 'g'), "
     "'', '\\0\\0\\0\\0', 'g'), '', '\\0\\0\\0\\0', 'g')) > 0",
@@ -182,6 +185,52 @@ def test_values_cannot_grow_far_beyond_their_row(db: privsql.Session, condition:
         db, f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 5"
     )
     assert error.rule == "unsupported"
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "read_parquet('{path}', schema=MAP {{0: {{name: 'user_id', type: 'BIGINT', "
+        "default_value: NULL}}}})",
+        "read_parquet('{path}', filename=true)",
+        "read_parquet('{path}', hive_partitioning=true)",
+        "read_parquet('{path}', union_by_name=true)",
+        "read_parquet('{path}', file_row_number=true)",
+        "parquet_scan(['{path}'], binary_as_string=true)",
+    ],
+)
+def test_reader_options_that_reshape_a_file_are_refused(
+    db: privsql.Session, tmp_path: Path, reader: str
+) -> None:
+    """``schema=`` renames and retypes columns (a unit swap, a cast of private values),
+    ``filename=`` and the others add columns: a reader takes its path and nothing else."""
+    path = tmp_path / "ratings.parquet"
+    db.protect(f"read_parquet('{path}')", privacy_unit="user_id")
+    sql = f"SELECT COUNT(*) FROM {reader.format(path=path)} PRIVACY_UNIT user_id BOUND ROWS 1"
+    assert refused(db, sql).rule == "select-only"
+
+
+def test_key_lists_follow_the_key_collation(tmp_path: Path) -> None:
+    """Under ``COLLATE NOCASE`` 'a' and 'A' are one group, so one row for all spellings."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE c (user_id INT, k VARCHAR COLLATE NOCASE, a VARCHAR COLLATE NOACCENT)"
+    )
+    con.execute("INSERT INTO c SELECT i % 9, 'txt1', 'cafe' FROM range(90) r(i)")
+    session = privsql.connect(con, budget=100, seed=7, insecure=True)
+    session.protect("c", privacy_unit="user_id")
+    cases = [
+        ("k", ["txt1", "TXT1", "Txt1", "tXt1"]),
+        ("a", ["cafe", "café", "cafè"]),
+        ("lower(k) || ''", ["txt1", "TXT1"]),
+    ]
+    for key, values in cases:
+        r = session.sql(
+            f"SELECT {key} AS g, COUNT(*) AS n FROM c GROUP BY g PRIVACY_UNIT user_id "
+            "BOUND ROWS 1 EPSILON 0.1",
+            keys={"g": values},
+        )
+        assert len(r) == 1, key
 
 
 def test_growth_is_followed_through_derived_tables(db: privsql.Session) -> None:
