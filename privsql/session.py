@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 import udfs
-from privsql.accuracy import bounding_check, half_widths
+from privsql.accuracy import bounding_check, half_widths, ranges
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
@@ -576,6 +576,7 @@ class Session:
             half_widths=widths,
             cached=cached,
             check=bounding_check(query_plan, table),
+            ranges=ranges(query_plan),
             threshold=None
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
