@@ -4,8 +4,11 @@ message when polars is missing, and the user's own connection left as it was."""
 
 from __future__ import annotations
 
+import io
 import math
 import sys
+import threading
+import types
 
 import duckdb
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 
 import privsql
 from privsql.cli import format_interval
+from privsql.progress import NotebookBar, default_bar, watch
 
 BY_ORIGIN = """
     SELECT origin, COUNT(*) AS flights, AVG(dep_delay CLAMPED BETWEEN -30 AND 120) AS delay
@@ -203,3 +207,97 @@ def test_the_optimiser_stays_off_while_another_sessions_statement_runs(flights_c
         assert _settings(flights_con)["disabled_optimizers"] == OPTIMISER
         raise RuntimeError("a statement that fails")
     assert _settings(flights_con)["disabled_optimizers"] == ""
+
+
+class Terminal(io.StringIO):
+    """Standard error as a terminal (where the text bar is drawn)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class RecordingBar:
+    """A bar that records its updates and lets the work finish once it was drawn."""
+
+    def __init__(self, drawn: threading.Event) -> None:
+        self.updates: list[tuple[float, float]] = []
+        self.closed = False
+        self._drawn = drawn
+
+    def update(self, percent: float, elapsed: float) -> None:
+        self.updates.append((percent, elapsed))
+        self._drawn.set()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_watch_shows_progress_after_the_delay_and_passes_on_the_outcome():
+    con = duckdb.connect()
+    drawn = threading.Event()
+    bars: list[RecordingBar] = []
+
+    def make() -> RecordingBar:
+        bars.append(RecordingBar(drawn))
+        return bars[-1]
+
+    def work() -> str:
+        assert drawn.wait(10)  # ends only once the bar was drawn
+        return "done"
+
+    assert watch(con, work, after=0, bar=make, interval=0.01) == "done"
+    (bar,) = bars
+    assert bar.updates and bar.closed
+    assert all(percent == -1.0 or 0 <= percent <= 100 for percent, _ in bar.updates)
+
+    def fails() -> None:
+        raise privsql.PrivacyError("refused")
+
+    with pytest.raises(privsql.PrivacyError, match="refused"):
+        watch(con, fails, after=0, bar=make)
+    quick = []
+    assert watch(con, lambda: 7, after=60, bar=lambda: quick.append(1)) == 7
+    assert not quick  # a query shorter than the delay shows nothing
+
+
+def test_a_long_query_shows_a_bar_on_a_terminal_unless_turned_off(flights_con, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    shown = privsql.connect(flights_con, budget=100, seed=7, insecure=True, progress=0)
+    shown.protect("flights", privacy_unit="tailnum", keys={"origin": ["EWR", "JFK", "LGA"]})
+    shown.sql(BY_ORIGIN)
+    assert "▕" in terminal.getvalue() and terminal.getvalue().endswith("\r\x1b[2K")
+    terminal.seek(0)
+    terminal.truncate()
+    quiet = privsql.connect(flights_con, budget=100, seed=7, insecure=True, progress=False)
+    quiet.sql(BY_ORIGIN.replace("0.5", "0.25"))
+    assert terminal.getvalue() == ""
+    with pytest.raises(ValueError, match="progress="):
+        privsql.connect(flights_con, budget=100, progress=-1)
+
+
+def test_in_a_notebook_the_bar_is_html_and_removed_at_the_end(monkeypatch):
+    pytest.importorskip("IPython")
+    import IPython
+
+    shown = []
+
+    class Handle:
+        def update(self, page) -> None:
+            shown.append(page.data)
+
+    def display(page, display_id: bool) -> Handle:
+        assert display_id
+        shown.append(page.data)
+        return Handle()
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace(kernel=object()))
+    monkeypatch.setattr("IPython.display.display", display)
+    bar = default_bar()
+    assert isinstance(bar, NotebookBar)
+    bar.update(45.0, 2.5)
+    bar.update(-1.0, 3.0)
+    bar.close()
+    assert shown[0].startswith('<progress value="45" max="100"') and "2.5 s" in shown[0]
+    assert shown[1].startswith("<progress ") and "running" in shown[1]
+    assert shown[2] == ""
