@@ -135,12 +135,19 @@ class Result:
             clamped=True,
         )
 
-    def _with_intervals(self, alpha: float) -> pa.Table:
-        from privsql.plot import noisy_columns
+    def noisy_columns(self, alpha: float = ALPHA) -> list[str]:
+        """The columns whose cells have a (1 - alpha) interval: the bare DP aggregates
+        (decided by the query, so the same whether or not the answer has rows)."""
+        return [
+            name
+            for name in self.columns
+            if (width := self._half_widths.get(name)) is not None and width(alpha) is not None
+        ]
 
+    def _with_intervals(self, alpha: float) -> pa.Table:
         widths = self.accuracy(alpha)
         table = self._table
-        for name in noisy_columns(self, alpha):
+        for name in self.noisy_columns(alpha):
             interval = name + INTERVAL_SUFFIX
             if interval in table.column_names:
                 raise ValueError(f"the result already has a column {interval}")

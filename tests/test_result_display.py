@@ -105,6 +105,16 @@ def test_intervals_add_a_half_width_column_after_each_noisy_column(flights_db, a
     assert result.df().columns.tolist() == result.columns  # no intervals unless asked
 
 
+def test_an_empty_answer_has_the_same_interval_columns(flights_db):
+    result = flights_db.sql(
+        "SELECT carrier, COUNT(*) AS n FROM flights WHERE month = 1 AND day = 1 AND hour = 5 "
+        "GROUP BY carrier PRIVACY_UNIT tailnum BOUND ROWS 1 EPSILON 0.05"
+    )
+    assert len(result) == 0  # no carrier reached the partition-selection threshold
+    assert result.arrow(intervals=True).column_names == ["carrier", "n", "n_pm"]
+    assert result.warning() is not None and repr(result).endswith(result.warning())
+
+
 def test_clamping_moves_values_into_their_known_range_and_cuts_intervals(flights_db):
     spent = flights_db.budget.spent
     raw = flights_db.sql(NEARLY_EMPTY, keys=MONTHS)
