@@ -58,8 +58,16 @@ def stage_sql(analysis: Analysis, *, epsilon: float, delta: float, functions: Fu
     notes = []
     for i, (key, aggregate) in enumerate(zip(keys, estimating.aggregates, strict=True)):
         other = bounded({**probe, key: PROBE_BOUNDS[1]})
-        for stage_marks, (_, sql), (_, changed) in zip(marks, found, other, strict=True):
-            for position in _differing(sql, changed):
+        differing = [_differing(a, b) for (_, a), (_, b) in zip(found, other, strict=True)]
+        if any(d is None for d in differing):  # the bounds change more than numbers
+            low, high = PROBE_BOUNDS[0]
+            notes.append(
+                f"shown for bounds {low:g} and {high:g} of {written(aggregate.node)}, "
+                "which are estimated when the query runs"
+            )
+            continue
+        for stage_marks, positions in zip(marks, differing, strict=True):
+            for position in positions or ():
                 stage_marks.setdefault(position, f"$bounds{i}")
         notes.append(f"$bounds{i} follow from the bounds estimated for {written(aggregate.node)}")
     arguments = [a.argument for a in estimating.aggregates]
@@ -125,12 +133,12 @@ def _placeholders(sql: str, query_plan: Plan) -> str:
     return sql
 
 
-def _differing(sql: str, other: str) -> set[int]:
+def _differing(sql: str, other: str) -> set[int] | None:
     """The positions (in ``NUMBER.split``) of the numbers that differ between two
-    generations of one statement; none when the statements differ in more than numbers."""
+    generations of one statement; None when the statements differ in more than numbers."""
     mine, theirs = NUMBER.split(sql), NUMBER.split(other)
     if len(mine) != len(theirs) or mine[::2] != theirs[::2]:
-        return set()
+        return None
     return {i for i in range(1, len(mine), 2) if mine[i] != theirs[i]}
 
 

@@ -172,3 +172,18 @@ def test_a_plan_without_auto_shows_its_one_statement_as_it_runs(flights_db):
     query = FIXED.format(epsilon=0.5)
     sql = flights_db.explain(query).sql
     assert "$" not in sql.replace("$privsql_secret", "") and not sql.startswith("--")
+
+
+def test_numbers_are_marked_only_where_two_generations_differ_in_numbers_alone():
+    from privsql.stage_sql import _differing, _mark
+
+    sql, other = (
+        "SELECT x * CAST('0.5' AS DOUBLE), 7 FROM t",
+        "SELECT x * CAST('0.25' AS DOUBLE), 7 FROM t",
+    )
+    positions = _differing(sql, other)
+    assert positions is not None and len(positions) == 1
+    assert _mark(sql, dict.fromkeys(positions, "$bounds0")) == (
+        "SELECT x * CAST($bounds0 AS DOUBLE), 7 FROM t"
+    )
+    assert _differing(sql, other.replace("FROM t", "FROM u")) is None
