@@ -119,6 +119,8 @@ class Result:
         widths = dict(self._half_widths)
         for name, (low, high) in self._ranges.items():
             position = table.schema.get_field_index(name)
+            if not _is_number(table.field(name).type):  # e.g. a date: left as released
+                continue
             column = _clip(table.column(name), low, high)
             table = table.set_column(position, table.field(name), column)
             if name in widths:
@@ -159,7 +161,7 @@ class Result:
         columns = [c.to_pylist() for c in self._table.columns]
         return list(zip(*columns, strict=True)) if columns else []
 
-    def accuracy(self, alpha: float = 0.05) -> pa.Table:
+    def accuracy(self, alpha: float = ALPHA) -> pa.Table:
         """Half-widths of the (1 - alpha) noise intervals, one per noisy cell (null elsewhere)."""
         if not 0 < alpha < 1:
             raise ValueError("alpha must be between 0 and 1")
@@ -290,20 +292,22 @@ def _require(module: str, method: str) -> Any:
         raise ImportError(f"Result.{method}() needs {module}: pip install {module}") from None
 
 
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
 def _clip(column: pa.ChunkedArray, low: float, high: float) -> pa.ChunkedArray:
-    """``column`` moved into [low, high] (nulls stay null); an integer column to the integers
-    inside, a column of another type than numbers unchanged."""
+    """A column of numbers moved into [low, high] (nulls stay null); an integer column to
+    the integers inside."""
     kind = column.type
     if pa.types.is_integer(kind):
         bounds = [
             None if math.isinf(b) else f(b) for b, f in ((low, math.ceil), (high, math.floor))
         ]
-    elif pa.types.is_floating(kind):
-        bounds = [None if math.isinf(b) else b for b in (low, high)]
     elif pa.types.is_decimal(kind):
         bounds = [None if math.isinf(b) else Decimal(repr(b)) for b in (low, high)]
     else:
-        return column
+        bounds = [None if math.isinf(b) else b for b in (low, high)]
     lower, upper = (None if b is None else pa.scalar(b).cast(kind) for b in bounds)
     if lower is not None:
         column = pc.max_element_wise(column, lower, skip_nulls=False)

@@ -4,11 +4,13 @@ message when polars is missing, and the user's own connection left as it was."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import math
 import sys
 import threading
 import types
+from decimal import Decimal
 
 import duckdb
 import numpy as np
@@ -166,6 +168,20 @@ def test_clamping_leaves_nulls_null():
     assert result.arrow().column("n").to_pylist() == [None, 0, 5]
     assert result.arrow().column("mean").to_pylist() == [1.0, None, 5.0]
     assert result.accuracy().column("n").to_pylist() == [4.0, 4.0, 4.0]
+
+
+def test_clamping_keeps_each_column_type():
+    day = datetime.date(2013, 1, 1)
+    table = pa.table(
+        {
+            "amount": pa.array([Decimal("-1.5"), Decimal("7.25")], pa.decimal128(5, 2)),
+            "day": pa.array([day, day], pa.date32()),
+        }
+    )
+    result = privsql.Result(table, ranges={"amount": (0.0, 5.0), "day": (0.0, 1.0)}).clamp()
+    assert result.arrow().schema == table.schema
+    assert result.arrow().column("amount").to_pylist() == [Decimal("0.00"), Decimal("5.00")]
+    assert result.arrow().column("day").to_pylist() == [day, day]  # not a number: as released
 
 
 def test_clamping_keeps_sums_of_negative_values_non_positive(flights_db):
