@@ -90,7 +90,8 @@ class _TryKeptWhole:
     process runs and given back as found once none runs, so the user's setting is theirs
     again between queries. Counting across every session of the process keeps one
     session's restoring from turning it back on under another's statement on the same
-    database.
+    database; the setting is given back through a cursor taken when it was changed, since
+    by then the session's own connection may be running another statement.
     """
 
     def __init__(self) -> None:
@@ -106,7 +107,8 @@ class _TryKeptWhole:
             disabled = {name.strip() for name in setting.split(",") if name.strip()}
             if OPTIMISER not in disabled:
                 _set_disabled_optimizers(connection, ",".join(sorted(disabled | {OPTIMISER})))
-                self._found.append((connection, setting))
+                # restored through a connection of its own: this one may be busy by then
+                self._found.append((connection.cursor(), setting))
         try:
             yield
         finally:
@@ -114,8 +116,9 @@ class _TryKeptWhole:
                 self._running -= 1
                 if not self._running:
                     found, self._found = self._found, []
-                    for owner, setting in reversed(found):
-                        _set_disabled_optimizers(owner, setting)
+                    for restorer, setting in reversed(found):
+                        _set_disabled_optimizers(restorer, setting)
+                        restorer.close()
 
 
 OPTIMISER = "common_subexpressions"
