@@ -12,13 +12,14 @@ guarantee. docs/privacy.md, section 3.6, gives the arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
 import udfs
-from privsql.result import BoundingCheck, HalfWidth
+from privsql.result import BoundingCheck, HalfWidth, Range
 from rewriter.analyze import AggregateKind
 from rewriter.dialect import to_sql
 from rewriter.generate import CUT_SUPPORT, output_name, support_name
@@ -45,6 +46,47 @@ def half_widths(plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
             name = output_name(item)
             widths[name] = _half_width(plan, statistic, parts, table, name)
     return widths
+
+
+COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS)
+"""Statistics that count (rows, values, weights or units): never below 0."""
+
+
+def ranges(plan: Plan) -> dict[str, Range]:
+    """Where each bare DP output's exact value lies, from the query alone (for
+    ``Result.clamp``): a count at least 0; a SUM of values clamped to [lo, hi] at least 0
+    when lo ≥ 0 and at most 0 when hi ≤ 0; an AVG or quantile within its bounds; a
+    VARIANCE within [0, largest] and a STDDEV within [0, √largest]."""
+    statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
+    found: dict[str, Range] = {}
+    for item in plan.analysis.select.expressions:
+        statistic = statistics.get(to_sql(item.unalias()))
+        if statistic is not None:
+            known = _range(plan, statistic)
+            if known is not None:
+                found[output_name(item)] = known
+    return found
+
+
+def _range(plan: Plan, statistic: Statistic) -> Range | None:
+    kind, grid, spread = statistic.aggregate.kind, statistic.grid, statistic.spread
+    if kind in COUNTS:
+        return 0.0, math.inf
+    if spread is not None:
+        return 0.0, math.sqrt(spread.largest) if spread.root else spread.largest
+    if grid is not None:
+        low, high = grid.low * grid.step, grid.high * grid.step
+        if kind == AggregateKind.AVG:
+            return low, high
+        if kind == AggregateKind.SUM:
+            return (0.0 if low >= 0 else -math.inf), (0.0 if high <= 0 else math.inf)
+    quantile = next(
+        (m.quantile for m in plan.measurements if m.name in statistic.measurements and m.quantile),
+        None,
+    )
+    if quantile is not None:
+        return quantile[1], quantile[2]
+    return None
 
 
 ROW_COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES)

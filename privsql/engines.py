@@ -12,8 +12,10 @@ DuckDB. Either way the ledger and the owner's declarations live in that DuckDB d
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import duckdb
@@ -77,18 +79,59 @@ class Engine(Protocol):
         ...
 
 
-def _keep_try_whole(connection: duckdb.DuckDBPyConnection) -> None:
-    """Turn off DuckDB's common-subexpression optimiser (a database-wide setting).
+class _TryKeptWhole:
+    """Turn off DuckDB's common-subexpression optimiser while private statements run.
 
     It moves a subexpression that occurs twice out of the ``TRY`` around it, where its
     error escapes: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s``
     (DuckDB 2.0), and whether a query succeeds would depend on a private value.
+
+    The setting is global to a DuckDB database, which may be a user's own connection
+    (``privsql.connect(con)``): it is turned off while any private statement of this
+    process runs and given back as found once none runs, so the user's setting is theirs
+    again between queries. Counting across every session of the process keeps one
+    session's restoring from turning it back on under another's statement on the same
+    database; the setting is given back through a cursor taken when it was changed, since
+    by then the session's own connection may be running another statement.
     """
-    setting = connection.execute("SELECT current_setting('disabled_optimizers')").fetchall()
-    disabled = {name.strip() for name in setting[0][0].split(",") if name.strip()}
-    if "common_subexpressions" not in disabled:
-        names = ",".join(sorted(disabled | {"common_subexpressions"}))
-        connection.execute(f"SET disabled_optimizers = '{names}'")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._found: list[tuple[duckdb.DuckDBPyConnection, str]] = []
+
+    @contextmanager
+    def around(self, connection: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+            setting = _disabled_optimizers(connection)
+            disabled = {name.strip() for name in setting.split(",") if name.strip()}
+            if OPTIMISER not in disabled:
+                _set_disabled_optimizers(connection, ",".join(sorted(disabled | {OPTIMISER})))
+                # restored through a connection of its own: this one may be busy by then
+                self._found.append((connection.cursor(), setting))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    found, self._found = self._found, []
+                    for restorer, setting in reversed(found):
+                        _set_disabled_optimizers(restorer, setting)
+                        restorer.close()
+
+
+OPTIMISER = "common_subexpressions"
+_try_kept_whole = _TryKeptWhole()
+
+
+def _disabled_optimizers(connection: duckdb.DuckDBPyConnection) -> str:
+    return connection.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0]
+
+
+def _set_disabled_optimizers(connection: duckdb.DuckDBPyConnection, names: str) -> None:
+    connection.execute(f"SET disabled_optimizers = {exp.Literal.string(names).sql()}")
 
 
 def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
@@ -132,19 +175,23 @@ class DuckDBEngine:
         return None
 
     def private(self, work: Callable[[], T]) -> T:
-        _keep_try_whole(self._con)
-        self._con.execute("BEGIN TRANSACTION")
-        try:
-            return work()
-        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
-            outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
-        except duckdb.Error:
-            outcome = PrivacyError(WITHHELD)
-        finally:
-            # A fatal error invalidates the database and its ROLLBACK fails too: that
-            # failure must not replace the withheld outcome (its message quotes values).
-            with contextlib.suppress(duckdb.Error):
-                self._con.execute("ROLLBACK")
+        with _try_kept_whole.around(self._con):
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                return work()
+            except (
+                duckdb.ParserException,
+                duckdb.BinderException,
+                duckdb.CatalogException,
+            ) as e:
+                outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
+            except duckdb.Error:
+                outcome = PrivacyError(WITHHELD)
+            finally:
+                # A fatal error invalidates the database and its ROLLBACK fails too: that
+                # failure must not replace the withheld outcome (its message quotes values).
+                with contextlib.suppress(duckdb.Error):
+                    self._con.execute("ROLLBACK")
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:

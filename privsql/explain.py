@@ -15,7 +15,6 @@ from the data.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -23,16 +22,13 @@ import pyarrow as pa
 
 import udfs
 from privsql.accuracy import SINGLE, half_widths
+from privsql.stage_sql import stage_sql
 from rewriter.analyze import AggregateKind, Analysis
 from rewriter.dialect import output_name, to_sql, written
 from rewriter.errors import InvalidOption
-from rewriter.generate import Functions, bounds_sql, generate, support_name, threshold_sql
+from rewriter.generate import Functions, support_name
 from rewriter.plan import (
     BUCKETS,
-    CANDIDATES,
-    MAGNITUDES,
-    WEIGHT_BITS,
-    BoundsSearch,
     Measurement,
     Plan,
     Statistic,
@@ -44,8 +40,6 @@ ALPHA = 0.05
 """Explanations state 95% half-widths, as the REPL, CLI and notebook do."""
 ROWS = 1000
 """The count an AVG's ± is stated for when the analyst states none: "per 1,000 rows"."""
-PLACEHOLDER_CAP = 1_000_003
-"""A cap no query writes: generated with it, the SQL of an AUTO plan gets ``$cap`` for it."""
 ROLES = ("n", "s1", "s2", "lower", "upper")
 """Every support column a released row may carry (privsql.accuracy reads them by role)."""
 
@@ -172,9 +166,7 @@ class Suggestion:
 
     def __str__(self) -> str:
         wanted = ", ".join(f"{n} ±{_number(w)}" for n, w in self.target.items())
-        got = ", ".join(
-            f"{n} ±{_number(w)}" for n, w in self.half_widths.items() if w is not None
-        )
+        got = ", ".join(f"{n} ±{_number(w)}" for n, w in self.half_widths.items() if w is not None)
         return f"EPSILON {self.epsilon:g} for {wanted} (95%): gives {got}"
 
 
@@ -230,9 +222,7 @@ def explain(
             for rule in search.rules
         ),
         "search_epsilon": 0.0 if search is None else search.epsilon,
-        "bounds_estimated": [written(a.node) for a in estimating.aggregates]
-        if estimating
-        else [],
+        "bounds_estimated": [written(a.node) for a in estimating.aggregates] if estimating else [],
         "bounds_epsilon": estimating.epsilon if estimating else 0.0,
     }
     partition = query_plan.partition
@@ -250,7 +240,7 @@ def explain(
             "reliable": threshold + int(noise),
         }
     return Explanation(
-        sql=_sql(query_plan, estimating, functions),
+        sql=stage_sql(analysis, epsilon=epsilon, delta=delta, functions=functions),
         epsilon=query_plan.epsilon,
         delta=query_plan.delta,
         bounding=bounding,
@@ -413,38 +403,6 @@ def _mechanism(
     return shown
 
 
-def _sql(query_plan: Plan, estimating: BoundsSearch | None, functions: Functions) -> str:
-    """The rewritten SQL; for an AUTO plan the parts known before it runs, labelled, with
-    ``$cap`` and ``$sensitivity_*`` standing for what the private choice decides."""
-    if estimating is not None:
-        arguments = [a.argument for a in estimating.aggregates]
-        summary = bounds_sql(query_plan.analysis, arguments, MAGNITUDES)
-        return (
-            "-- 1. per-unit extremes, from which the missing bounds are estimated privately:\n"
-            f"{summary}\n"
-            "-- 2. the release: its SQL follows from the estimated bounds (not shown)"
-        )
-    if query_plan.search is None:
-        return generate(query_plan, functions)
-    summary = threshold_sql(query_plan, CANDIDATES)
-    fixed = query_plan.with_cap(PLACEHOLDER_CAP)
-    release = generate(fixed, functions)
-    for m in fixed.measurements:
-        release = release.replace(
-            f"CAST({fixed.sensitivity(m)} AS HUGEINT)",
-            f"CAST($sensitivity_{m.name.lstrip('_')} AS HUGEINT)",
-        )
-    weighted = PLACEHOLDER_CAP << WEIGHT_BITS  # BOUND WEIGHTS: h on the fixed-point grid
-    release = re.sub(rf"\b{weighted}\b", f"($cap * {1 << WEIGHT_BITS})", release)
-    release = re.sub(rf"\b{PLACEHOLDER_CAP}\b", "$cap", release)
-    return (
-        "-- 1. per-unit summary from which the cap is chosen privately:\n"
-        f"{summary}\n"
-        "-- 2. the release; $cap is the chosen cap and $sensitivity_* follow from it:\n"
-        f"{release}"
-    )
-
-
 def _warnings(
     query_plan: Plan,
     widths: dict[str, float | None],
@@ -510,10 +468,15 @@ def _warnings(
     if public.rows is not None:
         for name, width in widths.items():
             kind = _kind(query_plan, name)
-            if width is not None and kind in (
-                AggregateKind.COUNT_ROWS,
-                AggregateKind.COUNT_VALUES,
-            ) and width > public.rows / 2:
+            if (
+                width is not None
+                and kind
+                in (
+                    AggregateKind.COUNT_ROWS,
+                    AggregateKind.COUNT_VALUES,
+                )
+                and width > public.rows / 2
+            ):
                 found.append(
                     f"mostly noise: {name}'s ± {_number(width)} is over half the "
                     f"{public.rows:,} rows stated"
@@ -544,5 +507,3 @@ def _number(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}"
-
-

@@ -23,8 +23,8 @@ def width_of(axis: Any) -> float:
 
 
 def noisy_columns(result: Result, alpha: float) -> list[str]:
-    widths = result.accuracy(alpha)
-    return [n for n in widths.column_names if widths.column(n).null_count < widths.num_rows]
+    """The result's columns with intervals (``Result.noisy_columns``)."""
+    return result.noisy_columns(alpha)
 
 
 def plot(

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 HalfWidth = Callable[[float], pa.Array | None]
 """Per output column: alpha -> the (1 - alpha) interval half-width of each cell, or None."""
+Range = tuple[float, float]
+"""Where an output's exact value must lie, known before release (``-inf``/``inf``: open)."""
+ALPHA = 0.05
+"""Intervals are 95% unless asked otherwise, as the REPL, CLI and notebook show them."""
+INTERVAL_SUFFIX = "_pm"
+"""``df(intervals=True)`` names the half-width column of output ``x`` ``x_pm`` (plus-minus)."""
 
 FLAG_RATIO = 0.5
 """A count's interval is flagged when bounding surely cut at least this part of its width."""
@@ -49,6 +59,8 @@ class Result:
         cached: bool = False,
         check: BoundingCheck | None = None,
         threshold: int | None = None,
+        ranges: Mapping[str, Range] | None = None,
+        clamped: bool = False,
     ) -> None:
         self._table = table
         self.epsilon = epsilon
@@ -58,27 +70,98 @@ class Result:
         self._check = check
         self._threshold = threshold
         """Distinct units a group needed to be released, when its keys were not public."""
+        self._ranges = dict(ranges or {})
+        self.clamped = clamped
+        """Whether the released values were moved into their known ranges (``clamp``)."""
 
     @property
     def columns(self) -> list[str]:
         return list(self._table.column_names)
 
-    def arrow(self) -> pa.Table:
-        return self._table
+    def arrow(
+        self, *, intervals: bool = False, clamp: bool = False, alpha: float = ALPHA
+    ) -> pa.Table:
+        """The answer as an Arrow table. ``intervals`` adds, after each noisy column ``x``,
+        a column ``x_pm`` holding the half-width of its (1 - alpha) noise interval;
+        ``clamp`` first moves the released values into their known ranges (``clamp()``)."""
+        result = self.clamp() if clamp else self
+        if not intervals:
+            return result._table
+        return result._with_intervals(alpha)
 
-    def df(self) -> Any:
-        return self._table.to_pandas()
+    def df(self, *, intervals: bool = False, clamp: bool = False, alpha: float = ALPHA) -> Any:
+        """The answer as a pandas DataFrame; ``intervals`` and ``clamp`` as for ``arrow``."""
+        table = self.arrow(intervals=intervals, clamp=clamp, alpha=alpha)
+        _require("pandas", "df")
+        return table.to_pandas()
 
-    def pl(self) -> Any:
-        import polars
+    def pl(self, *, intervals: bool = False, clamp: bool = False, alpha: float = ALPHA) -> Any:
+        """The answer as a polars DataFrame; ``intervals`` and ``clamp`` as for ``arrow``."""
+        table = self.arrow(intervals=intervals, clamp=clamp, alpha=alpha)
+        polars = _require("polars", "pl")
+        return polars.from_arrow(table)
 
-        return polars.from_arrow(self._table)
+    def clamp(self) -> Result:
+        """This answer with each released value moved into the range its exact value is known
+        to lie in, from the query alone: counts at least 0, a SUM's sign when its bounds
+        have one, an AVG, quantile, VARIANCE or STDDEV within its bounds.
+
+        Post-processing: it reads nothing but released values and public bounds, so it
+        costs no ε (docs/privacy.md). The exact value lies in the range, so clamping only
+        brings the released value nearer to it; each interval is then cut to the range and
+        its half-width to the farthest in-range point it reaches: the clamped value ± that
+        half-width, within the range, still holds the exact value whenever the released
+        interval did.
+        """
+        if self.clamped:
+            return self
+        table = self._table
+        widths = dict(self._half_widths)
+        for name, (low, high) in self._ranges.items():
+            position = table.schema.get_field_index(name)
+            if not _is_number(table.field(name).type):  # e.g. a date: left as released
+                continue
+            column = _clip(table.column(name), low, high)
+            table = table.set_column(position, table.field(name), column)
+            if name in widths:
+                widths[name] = _cut_half_width(widths[name], column, low, high)
+        return Result(
+            table,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            half_widths=widths,
+            cached=self.cached,
+            check=self._check,
+            threshold=self._threshold,
+            ranges=self._ranges,
+            clamped=True,
+        )
+
+    def noisy_columns(self, alpha: float = ALPHA) -> list[str]:
+        """The columns whose cells have a (1 - alpha) interval: the bare DP aggregates
+        (decided by the query, so the same whether or not the answer has rows)."""
+        return [
+            name
+            for name in self.columns
+            if (width := self._half_widths.get(name)) is not None and width(alpha) is not None
+        ]
+
+    def _with_intervals(self, alpha: float) -> pa.Table:
+        widths = self.accuracy(alpha)
+        table = self._table
+        for name in self.noisy_columns(alpha):
+            interval = name + INTERVAL_SUFFIX
+            if interval in table.column_names:
+                raise ValueError(f"the result already has a column {interval}")
+            position = table.schema.get_field_index(name) + 1
+            table = table.add_column(position, interval, widths.column(name))
+        return table
 
     def fetchall(self) -> list[tuple]:
         columns = [c.to_pylist() for c in self._table.columns]
         return list(zip(*columns, strict=True)) if columns else []
 
-    def accuracy(self, alpha: float = 0.05) -> pa.Table:
+    def accuracy(self, alpha: float = ALPHA) -> pa.Table:
         """Half-widths of the (1 - alpha) noise intervals, one per noisy cell (null elsewhere)."""
         if not 0 < alpha < 1:
             raise ValueError("alpha must be between 0 and 1")
@@ -178,8 +261,73 @@ class Result:
     def __len__(self) -> int:
         return self._table.num_rows
 
+    def _footer(self, alpha: float = ALPHA) -> str:
+        """Rows, cost, interval level and any bounding warning, as the REPL shows them."""
+        from privsql.cli import describe_cost
+
+        footer = describe_cost(self, alpha=alpha)
+        if not self.clamped:
+            return footer
+        first, *rest = footer.split("\n")
+        return "\n".join([f"{first} · clamped to known ranges", *rest])
+
     def __repr__(self) -> str:
-        cost = "stored answer, no cost" if self.cached else f"ε = {self.epsilon:g}"
-        warning = self.warning()
-        note = f"\n{warning}" if warning else ""
-        return f"{self._table.to_string(preview_cols=20)}\n({cost}){note}"
+        """A boxed table like a DuckDB relation's, noisy cells as ``value ± half-width``."""
+        from privsql.cli import format_table
+
+        return f"{format_table(self)}\n{self._footer()}"
+
+    def _repr_html_(self) -> str:
+        """The same table in HTML, for Jupyter."""
+        from privsql.magic import html_table
+
+        return html_table(self, ALPHA, self._footer())
+
+
+def _require(module: str, method: str) -> Any:
+    """Import ``module`` for ``Result.<method>()``, or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"Result.{method}() needs {module}: pip install {module}") from None
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
+def _clip(column: pa.ChunkedArray, low: float, high: float) -> pa.ChunkedArray:
+    """A column of numbers moved into [low, high] (nulls stay null); an integer column to
+    the integers inside."""
+    kind = column.type
+    if pa.types.is_integer(kind):
+        bounds = [
+            None if math.isinf(b) else f(b) for b, f in ((low, math.ceil), (high, math.floor))
+        ]
+    elif pa.types.is_decimal(kind):
+        bounds = [None if math.isinf(b) else Decimal(repr(b)) for b in (low, high)]
+    else:
+        bounds = [None if math.isinf(b) else b for b in (low, high)]
+    lower, upper = (None if b is None else pa.scalar(b).cast(kind) for b in bounds)
+    if lower is not None:
+        column = pc.max_element_wise(column, lower, skip_nulls=False)
+    if upper is not None:
+        column = pc.min_element_wise(column, upper, skip_nulls=False)
+    return column
+
+
+def _cut_half_width(
+    width: HalfWidth, values: pa.ChunkedArray, low: float, high: float
+) -> HalfWidth:
+    """``width`` cut to the farthest point of [low, high] from each (clamped) value."""
+    points = values.to_numpy().astype(np.float64)
+    reach = np.maximum(points - low, high - points)
+
+    def cut(alpha: float) -> pa.Array | None:
+        widths = width(alpha)
+        if widths is None:
+            return None
+        found = widths.to_numpy(zero_copy_only=False).astype(np.float64)
+        return pa.array(np.fmin(found, reach), pa.float64(), mask=np.isnan(found))
+
+    return cut

@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 import udfs
-from privsql.accuracy import bounding_check, half_widths
+from privsql.accuracy import bounding_check, half_widths, ranges
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
@@ -36,6 +36,7 @@ from privsql.ledger import (
     database_path,
     open_database,
 )
+from privsql.progress import AFTER, watch
 from privsql.result import Result
 from privsql.schema import describe, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
@@ -143,6 +144,7 @@ class Session:
         delta_budget: float | None = None,
         max_query_delta: float | None = None,
         declared_files_only: bool = False,
+        progress: bool | float = True,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
@@ -150,6 +152,7 @@ class Session:
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
         self._declared_files_only = declared_files_only
+        self._progress_after = _progress_after(progress)
         self._busy = threading.RLock()  # one statement at a time on this session's connection
         self._engine = engine or DuckDBEngine(connection)
         self._owns_connection = owns_connection
@@ -232,7 +235,7 @@ class Session:
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)
-        released = self._execute(analysis, key, delta)
+        released = self._watched(lambda: self._execute(analysis, key, delta))
         if released.plan is None:
             query_plan = self._replan(analysis, released.table)
             final = stages(query_plan, FUNCTIONS).final
@@ -249,6 +252,17 @@ class Session:
             released.table.schema.metadata
         )
         return self._result(table, query_plan, cached=released.plan is None)
+
+    def _watched(self, work: Callable[[], T]) -> T:
+        """``work()``, with a progress bar if it runs long (``connect(progress=...)``); only
+        in the main thread: a query run from another (the REPL's, a server's) is shown by
+        whoever runs that thread, or not at all."""
+        if (
+            self._progress_after is None
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return work()
+        return watch(self._con, work, after=self._progress_after)
 
     def _checked_delta(self, analysis: Analysis) -> float:
         """The δ the query will be charged, after refusing a δ above the per-query cap.
@@ -589,10 +603,22 @@ class Session:
             half_widths=widths,
             cached=cached,
             check=bounding_check(query_plan, table),
+            ranges=ranges(query_plan),
             threshold=None
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
         )
+
+
+def _progress_after(progress: bool | float) -> float | None:
+    """Seconds before a query's progress shows: ``True`` the default, ``False`` never."""
+    if progress is True:
+        return AFTER
+    if progress is False:
+        return None
+    if not (math.isfinite(progress) and progress >= 0):
+        raise ValueError("progress= takes True, False or a number of seconds, at least 0")
+    return float(progress)
 
 
 def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:
@@ -655,6 +681,7 @@ def connect(
     insecure: bool = False,
     lock_timeout: float = LOCK_TIMEOUT,
     declared_files_only: bool = False,
+    progress: bool | float = True,
 ) -> Session:
     """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection),
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
@@ -675,6 +702,9 @@ def connect(
     to close it. With ``declared_files_only`` queries read only the files the owner
     declared with ``protect`` (for analysts who are not the owner); the database's own
     files and its ledger's key are never readable by a query.
+    ``progress`` shows a progress bar (in a notebook, or on a terminal's standard error)
+    for a query still running after a second (``True``), after that many seconds (a
+    number), or never (``False``).
     """
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
@@ -687,6 +717,7 @@ def connect(
         "delta_budget": delta_budget,
         "max_query_delta": max_query_delta,
         "declared_files_only": declared_files_only,
+        "progress": progress,
     }
     if engine == "spark":
         if spark is None:

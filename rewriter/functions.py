@@ -15,7 +15,7 @@ subexpression (``CAST(s AS INT) * CAST(s AS INT)``, and the casts DuckDB itself 
 it expands ``s IN (1, 2)`` or ``s = 1 OR s = 2`` over a VARCHAR ``s``) into a projection
 *below* the TRY, so its conversion error escapes; so does a simple ``CASE s WHEN 1 ...``.
 The connection running guarded SQL must apply ``REQUIRED_SETTINGS`` (privsql's engines do,
-in ``privsql.engines._keep_try_whole``); with them every entry here holds.
+in ``privsql.engines._TryKeptWhole``); with them every entry here holds.
 
 Notable exclusions, probed on duckdb 2.0.0:
 

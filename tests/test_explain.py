@@ -7,10 +7,17 @@ without overspending.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import privsql
 import udfs
+from privsql.session import FUNCTIONS
+from privsql.stage_sql import PLACEHOLDER_CAP, PLACEHOLDER_GROUPS
+from rewriter.analyze import analyze
+from rewriter.generate import generate
+from rewriter.plan import plan
 
 FIXED = """
     SELECT origin, COUNT(*) AS flights, SUM(distance CLAMPED BETWEEN 0 AND 5000) AS miles,
@@ -108,3 +115,75 @@ def test_an_auto_plan_shows_its_sql_with_placeholders(flights_db):
     assert "-- 1. per-unit summary" in explanation.sql and "$cap" in explanation.sql
     assert "$sensitivity_m0" in explanation.sql
     assert "per row of the privately chosen cap" in str(explanation)
+
+
+AUTO_EVERYTHING = (
+    "SELECT dest, COUNT(*) AS n, AVG(dep_delay) AS delay FROM flights GROUP BY dest "
+    "PRIVACY_UNIT tailnum"
+)
+
+
+def test_an_auto_plan_shows_every_statement_it_runs(flights_db):
+    """Bounds estimated, MAX_GROUPS and the cap chosen privately: four statements, each
+    shown in full, what they decide as placeholders, no placeholder number left over."""
+    sql = flights_db.explain(AUTO_EVERYTHING).sql
+    labels = [line for line in sql.splitlines() if line[:5] in {f"-- {i}." for i in range(9)}]
+    assert [label.split(". ")[1].split(",")[0] for label in labels] == [
+        "per-unit extremes",
+        "the number of groups each unit touches",
+        "per-unit summary from which the cap is chosen privately:",
+        "the release:",
+    ]
+    for placeholder in ("$bounds0", "$max_groups", "$cap", "$sensitivity_m0"):
+        assert placeholder in sql
+    assert "AVG(dep_delay)" in sql.split("-- 1.")[0]  # the legend says what $bounds0 is
+    for number in (PLACEHOLDER_CAP, PLACEHOLDER_GROUPS, PLACEHOLDER_GROUPS + 1):
+        assert str(number) not in sql
+    assert flights_db.budget.spent == 0
+
+
+def _filled(sql: str, values: dict[str, int]) -> str:
+    """``sql`` with each placeholder given its value and the small sums it stands in worked
+    out, as the generator writes them."""
+    for name in sorted(values, key=len, reverse=True):
+        sql = sql.replace(name, str(values[name]))
+    return re.sub(
+        r"\((\d+) ([*+]) (\d+)\)",
+        lambda m: str(int(m[1]) * int(m[3]) if m[2] == "*" else int(m[1]) + int(m[3])),
+        sql,
+    )
+
+
+def test_the_release_shown_is_the_one_that_runs_once_the_choices_are_made(flights_db):
+    query = "SELECT dest, COUNT(*) AS n FROM flights GROUP BY dest PRIVACY_UNIT tailnum"
+    shown = flights_db.explain(query).sql.split("the release:\n")[1]
+    analysis = analyze(query, flights_db._catalog(), None)
+    decided = plan(
+        analysis, epsilon=flights_db.epsilon, delta=flights_db.delta, decided_groups=3
+    ).with_cap(7)
+    values = {"$cap": 7, "$max_groups": 3, "$sensitivity_cut": decided.cut_sensitivity}
+    values |= {
+        f"$sensitivity_{m.name.lstrip('_')}": decided.sensitivity(m) for m in decided.measurements
+    }
+    assert _filled(shown, values) == generate(decided, FUNCTIONS)
+
+
+def test_a_plan_without_auto_shows_its_one_statement_as_it_runs(flights_db):
+    query = FIXED.format(epsilon=0.5)
+    sql = flights_db.explain(query).sql
+    assert "$" not in sql.replace("$privsql_secret", "") and not sql.startswith("--")
+
+
+def test_numbers_are_marked_only_where_two_generations_differ_in_numbers_alone():
+    from privsql.stage_sql import _differing, _mark
+
+    sql, other = (
+        "SELECT x * CAST('0.5' AS DOUBLE), 7 FROM t",
+        "SELECT x * CAST('0.25' AS DOUBLE), 7 FROM t",
+    )
+    positions = _differing(sql, other)
+    assert positions is not None and len(positions) == 1
+    assert _mark(sql, dict.fromkeys(positions, "$bounds0")) == (
+        "SELECT x * CAST($bounds0 AS DOUBLE), 7 FROM t"
+    )
+    assert _differing(sql, other.replace("FROM t", "FROM u")) is None
