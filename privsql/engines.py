@@ -118,8 +118,11 @@ class _TryKeptWhole:
                 if not self._running:
                     found, self._found = self._found, []
                     for restorer, setting in reversed(found):
-                        _set_disabled_optimizers(restorer, setting)
-                        restorer.close()
+                        # a database a fatal error invalidated refuses this too, and its
+                        # error must not replace the withheld outcome of the statement
+                        with contextlib.suppress(duckdb.Error):
+                            _set_disabled_optimizers(restorer, setting)
+                            restorer.close()
 
 
 OPTIMISER = "common_subexpressions"

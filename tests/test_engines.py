@@ -161,15 +161,31 @@ def test_a_failed_rollback_does_not_replace_the_withheld_error() -> None:
     planted = "PLANTED_fatal_5521"
 
     class Invalidated:
+        """A connection whose database a fatal error invalidates: every later statement
+        fails with a message that quotes the first error."""
+
+        def __init__(self) -> None:
+            self.real = duckdb.connect()
+            self.invalid = False
+
+        def cursor(self) -> Invalidated:
+            return self
+
+        def close(self) -> None:
+            return None
+
         def execute(self, statement: str, *args: object) -> duckdb.DuckDBPyConnection:
-            if statement == "ROLLBACK":
+            if self.invalid:
                 raise duckdb.FatalException(f"database invalidated: {planted}")
-            return duckdb.connect().execute(statement)
+            return self.real.execute(statement)
+
+    connection = Invalidated()
 
     def work() -> None:
+        connection.invalid = True
         raise duckdb.FatalException(f"Cannot create a string of size {planted}")
 
     with pytest.raises(privsql.PrivacyError) as failed:
-        DuckDBEngine(Invalidated()).private(work)
+        DuckDBEngine(connection).private(work)
     assert planted not in str(failed.value)
     assert failed.value.__context__ is None and failed.value.__cause__ is None
