@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import duckdb
@@ -86,11 +87,11 @@ class _TryKeptWhole:
 
     The setting is global to a DuckDB database, which may be a user's own connection
     (``privsql.connect(con)``): it is turned off while any private statement of this
-    process runs (``hold``) and given back as found once none runs (``release``), so the
-    user's setting is theirs again between queries. Counting across every session of the
-    process keeps one session's restoring from turning it back on under another's statement
-    on the same database; the setting is given back through a cursor taken when it was
-    changed, since by then the session's own connection may be running another statement.
+    process runs and given back as found once none runs, so the user's setting is theirs
+    again between queries. Counting across every session of the process keeps one
+    session's restoring from turning it back on under another's statement on the same
+    database; the setting is given back through a cursor taken when it was changed, since
+    by then the session's own connection may be running another statement.
     """
 
     def __init__(self) -> None:
@@ -98,27 +99,26 @@ class _TryKeptWhole:
         self._running = 0
         self._found: list[tuple[duckdb.DuckDBPyConnection, str]] = []
 
-    def hold(self, connection: duckdb.DuckDBPyConnection) -> None:
-        """A private statement starts on ``connection``: the optimiser is off until
-        the matching ``release``."""
+    @contextmanager
+    def around(self, connection: duckdb.DuckDBPyConnection) -> Iterator[None]:
         with self._lock:
+            self._running += 1
             setting = _disabled_optimizers(connection)
             disabled = {name.strip() for name in setting.split(",") if name.strip()}
             if OPTIMISER not in disabled:
                 _set_disabled_optimizers(connection, ",".join(sorted(disabled | {OPTIMISER})))
+                # restored through a connection of its own: this one may be busy by then
                 self._found.append((connection.cursor(), setting))
-            self._running += 1
-
-    def release(self) -> None:
-        """A private statement ended: the last one to end gives every setting back."""
-        with self._lock:
-            self._running -= 1
-            if self._running:
-                return
-            found, self._found = self._found, []
-            for restorer, setting in reversed(found):
-                _set_disabled_optimizers(restorer, setting)
-                restorer.close()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    found, self._found = self._found, []
+                    for restorer, setting in reversed(found):
+                        _set_disabled_optimizers(restorer, setting)
+                        restorer.close()
 
 
 OPTIMISER = "common_subexpressions"
@@ -174,17 +174,20 @@ class DuckDBEngine:
         return None
 
     def private(self, work: Callable[[], T]) -> T:
-        self._con.execute("BEGIN TRANSACTION")
-        _try_kept_whole.hold(self._con)
-        try:
-            return work()
-        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
-            outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
-        except duckdb.Error as error:
-            outcome = PrivacyError(WITHHELD.format(type(error).__name__))
-        finally:
-            self._con.execute("ROLLBACK")
-            _try_kept_whole.release()
+        with _try_kept_whole.around(self._con):
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                return work()
+            except (
+                duckdb.ParserException,
+                duckdb.BinderException,
+                duckdb.CatalogException,
+            ) as e:
+                outcome: PrivacyError = UnsupportedQuery(UNBOUND.format(type(e).__name__))
+            except duckdb.Error as error:
+                outcome = PrivacyError(WITHHELD.format(type(error).__name__))
+            finally:
+                self._con.execute("ROLLBACK")
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:

@@ -9,6 +9,7 @@ no private value, in its message or anywhere in its exception chain.
 from __future__ import annotations
 
 import traceback
+from contextlib import nullcontext
 
 import duckdb
 import pytest
@@ -128,8 +129,7 @@ def test_a_failure_in_the_private_part_quotes_no_private_value(monkeypatch):
     """With the TRY guard broken on purpose (DuckDB's optimiser allowed to move a cast out
     of TRY), the planted row makes DuckDB fail with a message quoting the value: privsql
     reports the failure without the message, and keeps no exception that holds it."""
-    monkeypatch.setattr(engines._try_kept_whole, "hold", lambda connection: None)
-    monkeypatch.setattr(engines._try_kept_whole, "release", lambda: None)
+    monkeypatch.setattr(engines._try_kept_whole, "around", lambda connection: nullcontext())
     db = make_session(malformed=True)
     with pytest.raises(privsql.PrivacyError) as failed:
         db.sql(

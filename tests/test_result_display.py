@@ -223,16 +223,16 @@ def test_queries_leave_the_users_connection_settings_as_they_were(flights_con):
 
 def test_the_optimiser_stays_off_while_another_sessions_statement_runs(flights_con):
     """Two sessions on one database: the first one's end gives the setting back only once
-    the second's private statement is over, through a connection that is not busy."""
+    the second's private statement is over."""
     from privsql.engines import OPTIMISER, _try_kept_whole
 
     other = flights_con.cursor()
-    _try_kept_whole.hold(flights_con)
-    _try_kept_whole.hold(other)
-    _try_kept_whole.release()
-    assert _settings(flights_con)["disabled_optimizers"] == OPTIMISER
-    _try_kept_whole.release()
-    assert _settings(other)["disabled_optimizers"] == ""
+    with pytest.raises(RuntimeError), _try_kept_whole.around(flights_con):
+        with _try_kept_whole.around(other):
+            assert _settings(flights_con)["disabled_optimizers"] == OPTIMISER
+        assert _settings(flights_con)["disabled_optimizers"] == OPTIMISER
+        raise RuntimeError("a statement that fails")
+    assert _settings(flights_con)["disabled_optimizers"] == ""
 
 
 class Terminal(io.StringIO):
