@@ -26,7 +26,6 @@ from rewriter.errors import (
     NonDPAggregate,
     NonPrivateOutput,
     PrivacyError,
-    QuerySyntaxError,
     StatementNotAllowed,
     UnsupportedQuery,
 )
@@ -35,6 +34,7 @@ from rewriter.functions import refuse_unlisted
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
+from rewriter.statements import unparsed
 
 FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
@@ -136,9 +136,7 @@ def parse(sql: str) -> exp.Query:
     try:
         statements = [s for s in sqlglot.parse(sql, read=PrivSQL) if s is not None]
     except ParseError as error:
-        if not _looks_like_query(sql):
-            raise StatementNotAllowed("only SELECT statements are allowed") from None
-        raise QuerySyntaxError(_first_line(error)) from None
+        raise unparsed(sql, error) from None
     if len(statements) != 1:
         raise StatementNotAllowed("send exactly one SELECT statement")
     statement = statements[0]
@@ -148,7 +146,7 @@ def parse(sql: str) -> exp.Query:
             func.meta["name"] = sql[start : end + 1]
     if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
-        raise StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
+        raise unparsed(sql, None, kind)
     return statement
 
 
@@ -166,15 +164,6 @@ def analyze_source(source: str) -> exp.Table:
         raise StatementNotAllowed(f"{source} is not a single source")
     check_source(tables[0])
     return tables[0]
-
-
-def _looks_like_query(sql: str) -> bool:
-    words = sql.lstrip(" \t\r\n(").split(None, 1)
-    return bool(words) and words[0].upper() in {"SELECT", "WITH", "FROM", "VALUES"}
-
-
-def _first_line(error: ParseError) -> str:
-    return str(error).splitlines()[0]
 
 
 def analyze(
