@@ -16,6 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from rewriter.binding import check_binding
 from rewriter.catalog import Bounds, Catalog
 from rewriter.dialect import PrivSQL, output_name, to_sql
 from rewriter.errors import (
@@ -192,6 +193,7 @@ def _analyze(
     text = select.copy()
     text.set("privacy", None)
     select = resolve(select, catalog, names)
+    check_binding(select, catalog, sql)
     private = _private_sources(select, catalog)
     if not private:
         if any(select.find_all(PrivacyUnit)):
