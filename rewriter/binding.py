@@ -119,7 +119,10 @@ PATTERNS = (
         _compare,
     ),
     _Pattern(
-        re.compile(rf"Could not convert string '(?P<value>[^'\n]*)' to (?P<type>{TYPE_NAME})"),
+        re.compile(
+            rf"Could not convert string (?P<q>['\"])(?P<value>[^'\"\n]*)(?P=q) to "
+            rf"(?P<type>{TYPE_NAME})"
+        ),
         _convert,
     ),
     _Pattern(

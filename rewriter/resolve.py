@@ -193,9 +193,7 @@ def _expand_views(query: exp.Query, catalog: Catalog) -> bool:
 
 def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[str, _Stand]:
     """Replace every base source by a named stand-in; the stand-ins, by name."""
-    ctes = {
-        cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)
-    }
+    ctes = {cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)}
     stands: dict[str, _Stand] = {}
     for table in list(query.find_all(exp.Table)):
         if isinstance(table.this, exp.GenerateSeries):
@@ -290,8 +288,6 @@ UNRESOLVED = re.compile(
 )
 """sqlglot's messages for a column that no FROM item has."""
 
-PLACE = re.compile(r"Line: (?P<line>\d+), Col: (?P<col>\d+)")
-
 
 def _unknown_column(error: OptimizeError, query: exp.Query, schema: dict) -> str:
     """A column that does not exist, said as DuckDB would (with the names closest to it
@@ -307,9 +303,7 @@ def _unknown_column(error: OptimizeError, query: exp.Query, schema: dict) -> str
     known |= {a.alias for a in query.find_all(exp.Alias) if id(a) not in outputs} | {
         c.name for alias in query.find_all(exp.TableAlias) for c in alias.columns
     }
-    place = PLACE.search(text)
-    where = f" (line {place['line']}, column {place['col']})" if place else ""
-    return f"column {name} does not exist{where}" + _suggestion(column, known)
+    return f"column {name} does not exist" + _suggestion(column, known)
 
 
 def _suggestion(name: str, known: Iterable[str]) -> str:

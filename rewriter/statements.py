@@ -27,8 +27,9 @@ def unparsed(sql: str, error: ParseError | None, kind: str = "") -> PrivacyError
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.ParserException as refused:
-        if not PRIVSQL_WORDS.search(sql):
-            return QuerySyntaxError(_duckdb_message(refused))
+        message = _duckdb_message(refused)
+        if _before_privsql_syntax(message, sql):
+            return QuerySyntaxError(message)
         if error is None:  # a statement around privsql syntax: DESCRIBE (SELECT ... PRIVACY_UNIT)
             return StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
         return QuerySyntaxError(_sqlglot_message(error))
@@ -36,6 +37,16 @@ def unparsed(sql: str, error: ParseError | None, kind: str = "") -> PrivacyError
         kinds = kind or ", ".join(sorted({s.type.name for s in statements}))
         return StatementNotAllowed(f"{kinds} statements are not allowed; only SELECT is")
     return QuerySyntaxError(_sqlglot_message(error))
+
+
+def _before_privsql_syntax(message: str, sql: str) -> bool:
+    """Whether DuckDB's error is in the part of the text it can read: before any word of
+    privsql's own syntax, which DuckDB reports as an error wherever the query is fine."""
+    privsql = PRIVSQL_WORDS.search(sql)
+    if privsql is None:
+        return True
+    near = re.search(r'at or near "([^"]*)"', message)
+    return near is not None and -1 < sql.find(near[1]) < privsql.start()
 
 
 def _duckdb_message(error: duckdb.Error) -> str:
