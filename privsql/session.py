@@ -43,6 +43,7 @@ from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import answer_spelling, fingerprint_sql
 from rewriter.generate import (
+    RELEASED,
     SUPPORT_PREFIX,
     Functions,
     bounds_sql,
@@ -59,6 +60,7 @@ from rewriter.plan import (
     charged_delta,
     plan,
 )
+from rewriter.temporal import restore_sql
 
 FUNCTIONS = Functions(
     noise="privsql_laplace",
@@ -568,6 +570,9 @@ class Session:
     def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
         visible = table.drop_columns(support)
+        restore = restore_sql(query_plan.analysis.temporal, visible.column_names, RELEASED)
+        if restore is not None:  # dates and timestamps measured as numbers (post-processing)
+            visible = post_process(self._con, restore, visible)
         widths = half_widths(query_plan, table)
         return Result(
             visible,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
@@ -36,6 +36,7 @@ from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
 from rewriter.statements import unparsed
+from rewriter.temporal import measure_as_numbers
 
 FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
@@ -106,6 +107,9 @@ class Analysis:
     sources: tuple[exp.Table, ...]
     written: str = ""
     """The query as the analyst wrote it (normalised, without its clause): its label."""
+    temporal: Mapping[str, str] = field(default_factory=dict)
+    """The DuckDB type of each output that is a date or timestamp aggregate, measured as a
+    number (``rewriter.temporal``), by output name."""
 
     @property
     def unbounded(self) -> tuple[Aggregate, ...]:
@@ -203,6 +207,7 @@ def _analyze(
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
+    temporal = measure_as_numbers(select, catalog)
     clause = select.args.get("privacy")
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
@@ -235,6 +240,7 @@ def _analyze(
         aggregates=aggregates,
         sources=tuple(_sources(select)),
         written=to_sql(text),
+        temporal=temporal,
     )
 
 
