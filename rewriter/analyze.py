@@ -197,8 +197,9 @@ def _analyze(
     text = select.copy()
     text.set("privacy", None)
     select = resolve(select, catalog, names)
-    check_binding(select, catalog, sql)
     private = _private_sources(select, catalog)
+    if private:
+        check_binding(select, catalog, sql)
     if not private:
         if any(select.find_all(PrivacyUnit)):
             raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
