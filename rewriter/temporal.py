@@ -42,15 +42,12 @@ def number_sql(value: str, kind: str) -> str:
     return f"epoch({value})"
 
 
-def unit(kind: str) -> str:
-    """The unit of a temporal output's interval: ``days`` or ``seconds``."""
-    return "days" if kind.upper() == "DATE" else "seconds"
+def measure_as_numbers(select: exp.Select, catalog: Catalog) -> dict[str, str]:
+    """Rewrite, in place, each output of the query that is a date or timestamp aggregate
+    to measure a number between its bounds' numbers; those outputs' types, by output name.
 
-
-def measure_as_numbers(select: exp.Select, catalog: Catalog) -> tuple[exp.Select, dict[str, str]]:
-    """The query with each output that is a date or timestamp aggregate measured as a
-    number, and those outputs' types by output name (empty, and the query unchanged, when
-    it has none)."""
+    The types come from binding the aggregated values over the query's FROM (the schema
+    only), one statement for all of them, and only for queries with such aggregates."""
     positions = [i for i, item in enumerate(select.expressions) if _aggregate(item.unalias())]
     if not positions:
         return {}

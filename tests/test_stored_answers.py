@@ -34,9 +34,7 @@ SPELLINGS = {
         "WHERE x.month = 7 GROUP BY x.origin ORDER BY x.origin "
         "PRIVACY_UNIT x.tailnum BOUND ROWS 40 EPSILON 0.5"
     ),
-    "quoted names": BASE.replace("FROM flights", 'FROM "FLIGHTS"').replace(
-        "month", '"Month"'
-    ),
+    "quoted names": BASE.replace("FROM flights", 'FROM "FLIGHTS"').replace("month", '"Month"'),
     "options in another order": BASE.replace(
         "BOUND ROWS 40 EPSILON 0.5", "EPSILON 0.5 BOUND ROWS 40"
     ),
@@ -81,9 +79,7 @@ def fresh_columns(sql: str) -> list[str]:
 
 
 @pytest.mark.parametrize("spelling", list(SPELLINGS))
-def test_every_spelling_of_one_question_is_charged_once(
-    db: privsql.Session, spelling: str
-) -> None:
+def test_every_spelling_of_one_question_is_charged_once(db: privsql.Session, spelling: str) -> None:
     first = db.sql(BASE)
     spent = db.budget.spent
     again = db.sql(SPELLINGS[spelling])
