@@ -43,8 +43,9 @@ from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
 from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
-from rewriter.fingerprint import fingerprint_sql
+from rewriter.fingerprint import answer_spelling, fingerprint_sql
 from rewriter.generate import (
+    RELEASED,
     SUPPORT_PREFIX,
     Functions,
     bounds_sql,
@@ -61,6 +62,7 @@ from rewriter.plan import (
     charged_delta,
     plan,
 )
+from rewriter.temporal import restore_sql
 
 FUNCTIONS = Functions(
     noise="privsql_laplace",
@@ -494,7 +496,7 @@ class Session:
             decided = {
                 "caps": query_plan.caps,
                 "groups": query_plan.bounding.groups,
-                "bounds": estimated,
+                "bounds": _spelt_bounds(analysis, estimated),
                 "spent": spent,
             }
             table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
@@ -519,7 +521,7 @@ class Session:
     def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
         """The plan a stored answer was released under: its estimated bounds and caps."""
         decided = json.loads(stored.schema.metadata[DECIDED_KEY])
-        analysis = analysis.with_bounds({k: tuple(v) for k, v in decided["bounds"].items()})
+        analysis = analysis.with_bounds(_written_bounds(analysis, decided["bounds"]))
         query_plan = plan(
             analysis,
             epsilon=self.epsilon,
@@ -595,6 +597,9 @@ class Session:
     def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
         visible = table.drop_columns(support)
+        restore = restore_sql(query_plan.analysis.temporal, visible.column_names, RELEASED)
+        if restore is not None:  # dates and timestamps measured as numbers (post-processing)
+            visible = post_process(self._con, restore, visible)
         widths = half_widths(query_plan, table)
         return Result(
             visible,
@@ -650,17 +655,39 @@ def _choices(query_plan: Plan) -> str:
     )
 
 
+def _spelt_bounds(analysis: Analysis, bounds: Mapping[str, Bounds]) -> dict[str, Bounds]:
+    """Estimated bounds, by aggregate text, keyed as a stored answer keeps them: by the
+    aggregate's spelling shared by every way of writing the query (``answer_spelling``)."""
+    spelt = answer_spelling(analysis.select)
+    return {
+        spelt(a.node): bounds[to_sql(a.node)]
+        for a in analysis.aggregates
+        if to_sql(a.node) in bounds
+    }
+
+
+def _written_bounds(analysis: Analysis, stored: Mapping[str, Sequence[float]]) -> dict[str, Bounds]:
+    """A stored answer's estimated bounds, keyed by the aggregates as this spelling writes them."""
+    spelt = answer_spelling(analysis.select)
+    return {
+        to_sql(a.node): (stored[spelt(a.node)][0], stored[spelt(a.node)][1])
+        for a in analysis.aggregates
+        if spelt(a.node) in stored
+    }
+
+
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:
     """What identifies a query for stored answers: the analysed query, its options and
     bounds, its keys' domains and the session's defaults — everything its plan follows
     from, but the privately chosen bounds and caps, which are part of the stored answer."""
     options = analysis.options
+    spelt = answer_spelling(analysis.select)
     return Ledger.query_key(
-        to_sql(analysis.select),
-        to_sql(analysis.unit),
+        spelt(analysis.select),
+        spelt(analysis.unit),
         [options.strategy, options.threshold, options.max_groups, options.epsilon, options.delta],
-        [(to_sql(a.node), a.bounds) for a in analysis.aggregates],
-        [(to_sql(k.expression), k.domain and to_sql(k.domain)) for k in analysis.keys],
+        [(spelt(a.node), a.bounds) for a in analysis.aggregates],
+        [(spelt(k.expression), k.domain and to_sql(k.domain)) for k in analysis.keys],
         epsilon,
         delta,
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from rewriter.binding import check_binding
 from rewriter.catalog import Bounds, Catalog
 from rewriter.dialect import PrivSQL, output_name, to_sql
 from rewriter.errors import (
@@ -26,7 +27,6 @@ from rewriter.errors import (
     NonDPAggregate,
     NonPrivateOutput,
     PrivacyError,
-    QuerySyntaxError,
     StatementNotAllowed,
     UnsupportedQuery,
 )
@@ -36,6 +36,8 @@ from rewriter.growth import refuse_growth
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
+from rewriter.statements import unparsed
+from rewriter.temporal import measure_as_numbers
 
 FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
@@ -106,6 +108,9 @@ class Analysis:
     sources: tuple[exp.Table, ...]
     written: str = ""
     """The query as the analyst wrote it (normalised, without its clause): its label."""
+    temporal: Mapping[str, str] = field(default_factory=dict)
+    """The DuckDB type of each output that is a date or timestamp aggregate, measured as a
+    number (``rewriter.temporal``), by output name."""
 
     @property
     def unbounded(self) -> tuple[Aggregate, ...]:
@@ -137,9 +142,7 @@ def parse(sql: str) -> exp.Query:
     try:
         statements = [s for s in sqlglot.parse(sql, read=PrivSQL) if s is not None]
     except ParseError as error:
-        if not _looks_like_query(sql):
-            raise StatementNotAllowed("only SELECT statements are allowed") from None
-        raise QuerySyntaxError(_first_line(error)) from None
+        raise unparsed(sql, error) from None
     if len(statements) != 1:
         raise StatementNotAllowed("send exactly one SELECT statement")
     statement = statements[0]
@@ -149,7 +152,7 @@ def parse(sql: str) -> exp.Query:
             func.meta["name"] = sql[start : end + 1]
     if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
-        raise StatementNotAllowed(f"{kind} statements are not allowed; only SELECT is")
+        raise unparsed(sql, None, kind)
     return statement
 
 
@@ -167,15 +170,6 @@ def analyze_source(source: str) -> exp.Table:
         raise StatementNotAllowed(f"{source} is not a single source")
     check_source(tables[0])
     return tables[0]
-
-
-def _looks_like_query(sql: str) -> bool:
-    words = sql.lstrip(" \t\r\n(").split(None, 1)
-    return bool(words) and words[0].upper() in {"SELECT", "WITH", "FROM", "VALUES"}
-
-
-def _first_line(error: ParseError) -> str:
-    return str(error).splitlines()[0]
 
 
 def analyze(
@@ -205,6 +199,8 @@ def _analyze(
     text.set("privacy", None)
     select = resolve(select, catalog, names)
     private = _private_sources(select, catalog)
+    if private:
+        check_binding(select, catalog, sql)
     if not private:
         if any(select.find_all(PrivacyUnit)):
             raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
@@ -213,6 +209,7 @@ def _analyze(
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
+    temporal = measure_as_numbers(select, catalog)
     clause = select.args.get("privacy")
     for nested in select.find_all(PrivacyUnit):
         if nested is not clause:
@@ -246,6 +243,7 @@ def _analyze(
         aggregates=aggregates,
         sources=tuple(_sources(select)),
         written=to_sql(text),
+        temporal=temporal,
     )
 
 

@@ -21,8 +21,10 @@ DuckDB's are the same tree: the analyser checks this tree and generation compile
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sqlglot
@@ -107,7 +109,7 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
             identify=False,
         )
     except OptimizeError as error:
-        raise UnknownName(_first_line(error)) from None
+        raise UnknownName(_unknown_column(error, query, schema)) from None
     except SqlglotError as error:
         raise QuerySyntaxError(_first_line(error)) from None
     _unmerge_unit(query)
@@ -191,9 +193,7 @@ def _expand_views(query: exp.Query, catalog: Catalog) -> bool:
 
 def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[str, _Stand]:
     """Replace every base source by a named stand-in; the stand-ins, by name."""
-    ctes = {
-        cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)
-    }
+    ctes = {cte.alias_or_name for scope in scopes for cte in scope.expression.find_all(exp.CTE)}
     stands: dict[str, _Stand] = {}
     for table in list(query.find_all(exp.Table)):
         if isinstance(table.this, exp.GenerateSeries):
@@ -242,7 +242,11 @@ def _existing(table: exp.Table, catalog: Catalog) -> exp.Table:
         )
         table.replace(reader)
         return reader
-    raise UnknownName(f"table {table.sql(dialect='duckdb')} does not exist")
+    known = [t for t in catalog.tables if not t.startswith(f"{catalog.reserved_schema}.")]
+    raise UnknownName(
+        f"table {table.sql(dialect='duckdb')} does not exist"
+        + _suggestion(catalog.identity(table), known)
+    )
 
 
 def check_source(table: exp.Table) -> None:
@@ -283,6 +287,42 @@ def _reader_sql(source: exp.Table) -> str:
     bare = source.copy()
     bare.set("alias", None)
     return bare.sql(dialect="duckdb")
+
+
+UNRESOLVED = re.compile(
+    r"Column '(?P<column>[^']+)' could not be resolved(?: for table: '(?P<table>[^']+)')?"
+    r"|Unknown column: (?P<qualified>\S+)"
+)
+"""sqlglot's messages for a column that no FROM item has."""
+
+
+def _unknown_column(error: OptimizeError, query: exp.Query, schema: dict) -> str:
+    """A column that does not exist, said as DuckDB would (with the names closest to it
+    among the sources' columns and the query's own output names), else sqlglot's line."""
+    text = _first_line(error)
+    found = UNRESOLVED.search(text)
+    if found is None:
+        return text
+    column = found["column"] or found["qualified"]
+    name = f"{found['table']}.{column}" if found["table"] else column
+    known = {c for columns in schema.values() for c in columns}
+    outputs = set(map(id, query.expressions)) if isinstance(query, exp.Select) else set()
+    known |= {a.alias for a in query.find_all(exp.Alias) if id(a) not in outputs} | {
+        c.name for alias in query.find_all(exp.TableAlias) for c in alias.columns
+    }
+    return f"column {name} does not exist" + _suggestion(column, known)
+
+
+def _suggestion(name: str, known: Iterable[str]) -> str:
+    """``; did you mean x?`` with the known names closest to a misspelt one, if any is close:
+    names from the catalogue and the query, never values."""
+    spelled = {
+        k.lower(): k
+        for k in known
+        if k and k.lower() != name.lower() and not k.startswith(("__", "_q_"))
+    }
+    close = difflib.get_close_matches(name.lower(), list(spelled), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(spelled[c] for c in close)}?" if close else ""
 
 
 def _first_line(error: Exception) -> str:

@@ -110,8 +110,9 @@ def test_a_ledger_file_keeps_the_budget_of_an_in_memory_database(tmp_path):
         con = duckdb.connect()
         con.execute("CREATE TABLE t AS SELECT i AS uid FROM range(10) AS r(i)")
         db = privsql.connect(con, budget=2.0, ledger=ledger)
-        db.sql(
-            f"SELECT COUNT(*) AS n{spent * 2:g} FROM t PRIVACY_UNIT uid BOUND ROWS 1 EPSILON 0.5"
+        db.sql(  # two questions: one spelt with another alias would be the stored answer
+            f"SELECT COUNT(*) FROM t WHERE uid <> {spent * 2:g} "
+            "PRIVACY_UNIT uid BOUND ROWS 1 EPSILON 0.5"
         )
         assert db.budget.spent == pytest.approx(spent)
         db.close()

@@ -1,0 +1,276 @@
+"""Type errors and unknown functions, found from the schema alone before anything is charged.
+
+Over private data every row-level expression runs inside ``TRY``, so a comparison of a
+number with text (``dep_delay > 'abc'``) would silently become NULL and the query would
+be answered, and charged, as a count of nothing. So before any privacy rule is checked,
+the resolved query is run in a scratch in-memory DuckDB against stand-ins of its sources:
+tables with the sources' column names and types and one row of NULLs. The stand-ins hold
+no data, so whether the query fails there — and what DuckDB says — is a function of the
+query's text and the schema only; a failure is reported as ``UnknownName`` (a function or
+type that does not exist) or ``TypeMismatch``, with a message privsql builds from names,
+types and constants the analyst wrote (each checked to be in the query's text).
+
+The single NULL row is what makes DuckDB evaluate the casts of constants (``'abc'`` read as
+a DOUBLE), which it does not do over an empty table. Table functions (``range(10**10)``)
+stand in as one row of their columns too, so the run stays one row long; a run that still
+takes longer than ``TIME_LIMIT`` is given up. Queries that read only public data are not
+checked: they run exactly as written, and DuckDB's own errors on public data are public.
+ENUM columns stand in as VARCHAR: an enum's member list is drawn from data, and would be
+quoted by DuckDB's messages.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+
+from rewriter.catalog import Catalog
+from rewriter.errors import PrivacyError, TypeMismatch, UnknownName
+from rewriter.expressions import Clamped
+from rewriter.resolve import IDENTITY
+
+STAND_IN = "__privsql_stand_in_"
+TIME_LIMIT = 1.0
+"""Seconds the scratch run may take (a cross join with ``range(10**9)`` would take long on
+one row too): past it the check is skipped, and the query is checked as before."""
+
+TYPE_NAME = r"[A-Z][A-Z0-9_]*(?: WITH(?:OUT)? TIME ZONE)?(?:\(\d+(?:, ?\d+)?\))?(?:\[\d*\])*"
+"""A DuckDB type name as it appears in messages: ``DOUBLE``, ``DECIMAL(18,3)``, ``INTEGER[]``."""
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """One kind of DuckDB message, and the refusal privsql says instead."""
+
+    regex: re.Pattern[str]
+    refusal: Callable[[re.Match[str], str], PrivacyError | None]
+
+
+def _literal(value: str, written: str) -> bool:
+    """Whether ``'value'`` is a string constant the analyst typed."""
+    return f"'{value}'".lower() in written.lower()
+
+
+def _type(name: str) -> str:
+    """``INTEGER_LITERAL`` is how DuckDB names the type of a number constant."""
+    return name.removesuffix("_LITERAL")
+
+
+def _no_function(found: re.Match[str], written: str) -> PrivacyError | None:
+    name, arguments = found["name"], found["arguments"]
+    readable = name.isidentifier() and name.lower() in written.lower()
+    if not (readable or re.fullmatch(r"[-+*/%<>=!~^|&]+", name)):
+        return None
+    if not re.fullmatch(rf"(?:{TYPE_NAME}(?:, )?)*", arguments):
+        return None
+    return TypeMismatch(
+        f"{name} does not take ({', '.join(map(_type, arguments.split(', ')))}): "
+        "cast an argument to the type it needs"
+    )
+
+
+def _compare(found: re.Match[str], written: str) -> PrivacyError:
+    return TypeMismatch(
+        f"cannot {found['verb'].lower()} {_type(found['left'])} with "
+        f"{_type(found['right'])}: cast one side to the other's type"
+    )
+
+
+def _convert(found: re.Match[str], written: str) -> PrivacyError | None:
+    if not _literal(found["value"], written):
+        return None
+    return TypeMismatch(f"'{found['value']}' is not a {found['type']}")
+
+
+def _out_of_range(found: re.Match[str], written: str) -> PrivacyError | None:
+    if not _literal(found["value"], written):
+        return None
+    return TypeMismatch(f"'{found['value']}' is not a valid {found['kind'].upper()}")
+
+
+def _unknown_function(found: re.Match[str], written: str) -> PrivacyError | None:
+    name = found["name"]
+    if name.lower() not in written.lower():
+        return None
+    candidate = found["candidate"]
+    hint = f"; did you mean {candidate}?" if candidate else ""
+    return UnknownName(f"function {name} does not exist{hint}")
+
+
+def _unknown_type(found: re.Match[str], written: str) -> PrivacyError | None:
+    name = found["name"]
+    return UnknownName(f"type {name} does not exist") if name.lower() in written.lower() else None
+
+
+PATTERNS = (
+    _Pattern(
+        re.compile(
+            r"No function matches the given name and argument types "
+            r"'(?P<name>[^(']+)\((?P<arguments>[^']*)\)'"
+        ),
+        _no_function,
+    ),
+    _Pattern(
+        re.compile(
+            rf"Cannot (?P<verb>compare|mix|combine) (?:values|types) of (?:type )?"
+            rf"(?P<left>{TYPE_NAME}) and (?:type )?(?P<right>{TYPE_NAME})"
+        ),
+        _compare,
+    ),
+    _Pattern(
+        re.compile(
+            rf"Could not convert string (?P<q>['\"])(?P<value>[^'\"\n]*)(?P=q) to "
+            rf"(?P<type>{TYPE_NAME})"
+        ),
+        _convert,
+    ),
+    _Pattern(
+        re.compile(
+            r"(?P<kind>date|time|timestamp)\w* field value out of range: \"(?P<value>[^\"]*)\""
+        ),
+        _out_of_range,
+    ),
+    _Pattern(
+        re.compile(
+            r"(?:Scalar|Aggregate|Table) Function with name (?P<name>\w+) does not exist!"
+            r"(?:\s*Did you mean \"(?P<candidate>\w+)\"\?)?"
+        ),
+        _unknown_function,
+    ),
+    _Pattern(re.compile(r"Type with name (?P<name>\w+) does not exist"), _unknown_type),
+)
+
+GENERIC = {
+    duckdb.ConversionException: "a constant does not convert to the type it is used as",
+}
+"""What is said of a failure none of ``PATTERNS`` reads (its message is not passed on)."""
+
+
+_scratch: duckdb.DuckDBPyConnection | None = None
+_scratch_lock = threading.Lock()
+
+
+def check_binding(query: exp.Query, catalog: Catalog, written: str) -> None:
+    """Refuse a resolved query whose types do not fit or that names an unknown function.
+
+    ``written`` is the analyst's text: only constants and names found in it are quoted.
+    A failure of another kind (a column outside GROUP BY, ...) is left to the privacy
+    rules, which say it in their own terms.
+    """
+    stand_ins = _stand_ins(query, catalog)
+    if stand_ins is None:
+        return
+    statement, tables = stand_ins
+    failure = _run(statement, tables)
+    if failure is None:
+        return
+    message = _first_line(failure)
+    for pattern in PATTERNS:
+        found = pattern.regex.search(message)
+        refusal = pattern.refusal(found, written) if found else None
+        if refusal is not None:
+            raise refusal
+    generic = GENERIC.get(type(failure))
+    if generic is not None:
+        raise TypeMismatch(generic)
+
+
+def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | None:
+    """The query over stand-in sources, and the statements creating them; None where a
+    source's schema cannot be read or written as DuckDB types."""
+    query = query.copy()
+    query.set("privacy", None)
+    for clamped in list(query.find_all(Clamped)):
+        value = clamped.this
+        if not any(value.find_all(exp.Column)):
+            clamped.replace(value.copy())
+            continue
+        low, high = clamped.args["low"].copy(), clamped.args["high"].copy()
+        clamped.replace(
+            exp.Least(this=exp.Greatest(this=value.copy(), expressions=[low]), expressions=[high])
+        )
+    tables: list[str] = []
+    created: dict[str, str] = {}
+    for source in list(query.find_all(exp.Table)):
+        if IDENTITY not in source.meta:
+            if isinstance(source.this, exp.Func):  # range(10**10): its columns, one row
+                name = f"{STAND_IN}{len(created) + len(tables)}_rows"
+                bare = source.copy()
+                bare.set("alias", None)
+                tables.append(
+                    f"CREATE TABLE {name} AS SELECT * FROM {bare.sql(dialect='duckdb')} LIMIT 0"
+                )
+                tables.append(f"INSERT INTO {name} DEFAULT VALUES")
+                source.set("this", exp.to_identifier(name))
+            continue
+        bare = source.copy()
+        bare.set("alias", None)
+        text = bare.sql(dialect="duckdb")
+        if text not in created:
+            try:
+                names = list(catalog.columns(text))
+                types = catalog.types(f"SELECT * FROM {text}")
+            except PrivacyError:
+                return None
+            if len(names) != len(types):
+                return None
+            created[text] = f"{STAND_IN}{len(created)}"
+            columns = ", ".join(
+                f"CAST(NULL AS {_stand_in_type(kind)}) AS "
+                + exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
+                for name, kind in zip(names, types, strict=True)
+            )
+            tables.append(f"CREATE TABLE {created[text]} AS SELECT {columns}")
+        alias = source.alias_or_name
+        source.replace(
+            exp.Table(
+                this=exp.to_identifier(created[text]),
+                alias=exp.TableAlias(this=exp.to_identifier(alias)),
+            )
+        )
+    return query.sql(dialect="duckdb"), tables
+
+
+def _stand_in_type(kind: str) -> str:
+    """The column's type, ENUMs (whose members are data) as VARCHAR."""
+    return "VARCHAR" if kind.upper().startswith("ENUM") else kind
+
+
+def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
+    """DuckDB's error running ``statement`` over the stand-ins, or None: no error, a schema
+    the scratch database cannot create, or a run past ``TIME_LIMIT``."""
+    global _scratch
+    with _scratch_lock:
+        if _scratch is None:
+            _scratch = duckdb.connect()
+            _scratch.execute("SET threads = 1")  # one row: parallel scheduling is overhead
+        scratch = _scratch
+        scratch.execute("BEGIN TRANSACTION")
+        try:
+            try:
+                for table in tables:
+                    scratch.execute(table)
+            except duckdb.Error:
+                return None
+            timer = threading.Timer(TIME_LIMIT, scratch.interrupt)
+            timer.start()
+            try:
+                scratch.execute(statement).fetchall()
+            except duckdb.InterruptException:
+                return None
+            except duckdb.Error as error:
+                return error
+            finally:
+                timer.cancel()
+            return None
+        finally:
+            scratch.execute("ROLLBACK")
+
+
+def _first_line(error: duckdb.Error) -> str:
+    return " ".join(str(error).strip().split("\n\n")[0].split())

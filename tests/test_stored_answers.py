@@ -1,0 +1,133 @@
+"""Stored answers are keyed by the analysed, normalised query, not by its spelling.
+
+The same question asked in lower or upper case, with other whitespace, other output
+aliases, other table aliases or another spelling of a source is answered from the store
+and charged once, under the new spelling's column names; two different questions — one
+constant, ε, bound, key list or ordering apart — never share a stored answer.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import privsql
+
+BASE = (
+    "SELECT origin, COUNT(*) AS flights, AVG(dep_delay CLAMPED BETWEEN -30 AND 120) AS delay "
+    "FROM flights WHERE month = 7 GROUP BY origin ORDER BY origin "
+    "PRIVACY_UNIT tailnum BOUND ROWS 40 EPSILON 0.5"
+)
+
+SPELLINGS = {
+    "lower case": BASE.lower(),
+    "upper case": BASE.upper(),
+    "whitespace": BASE.replace(" ", "\n    ").replace("(", "( ").replace(")", " )"),
+    "output aliases": BASE.replace("AS flights", "AS n").replace("AS delay", "AS mean_delay"),
+    "no output aliases": BASE.replace(" AS flights", "").replace(" AS delay", ""),
+    "table alias": BASE.replace("FROM flights", "FROM flights AS f").replace(
+        "WHERE month", "WHERE f.month"
+    ),
+    "qualified everywhere": (
+        "SELECT x.origin, COUNT(*) AS flights, "
+        "AVG(x.dep_delay CLAMPED BETWEEN -30 AND 120) AS delay FROM main.flights x "
+        "WHERE x.month = 7 GROUP BY x.origin ORDER BY x.origin "
+        "PRIVACY_UNIT x.tailnum BOUND ROWS 40 EPSILON 0.5"
+    ),
+    "quoted names": BASE.replace("FROM flights", 'FROM "FLIGHTS"').replace("month", '"Month"'),
+    "options in another order": BASE.replace(
+        "BOUND ROWS 40 EPSILON 0.5", "EPSILON 0.5 BOUND ROWS 40"
+    ),
+    "order by alias": BASE.replace("SELECT origin,", "SELECT origin AS o,").replace(
+        "ORDER BY origin", "ORDER BY o"
+    ),
+}
+
+NEAR_MISSES = {
+    "another constant": BASE.replace("month = 7", "month = 8"),
+    "another ε": BASE.replace("EPSILON 0.5", "EPSILON 0.25"),
+    "another bound": BASE.replace("AND 120", "AND 121"),
+    "another row cap": BASE.replace("ROWS 40", "ROWS 41"),
+    "another order": BASE.replace("ORDER BY origin", "ORDER BY origin DESC"),
+    "another limit": BASE.replace("ORDER BY origin", "ORDER BY origin LIMIT 2"),
+    "outputs swapped": BASE.replace(
+        "COUNT(*) AS flights, AVG(dep_delay CLAMPED BETWEEN -30 AND 120) AS delay",
+        "AVG(dep_delay CLAMPED BETWEEN -30 AND 120) AS delay, COUNT(*) AS flights",
+    ),
+    "another aggregate": BASE.replace("COUNT(*)", "COUNT(dep_delay)"),
+    "another column": BASE.replace("AVG(dep_delay", "AVG(arr_delay"),
+}
+
+
+@pytest.fixture
+def db(flights_con: duckdb.DuckDBPyConnection) -> privsql.Session:
+    session = privsql.connect(flights_con, budget=50, seed=7, insecure=True)
+    session.protect("flights", privacy_unit="tailnum", keys={"origin": ["EWR", "JFK", "LGA"]})
+    return session
+
+
+def fresh_columns(sql: str) -> list[str]:
+    """The column names a fresh answer to ``sql`` has (over an empty table of the schema)."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE flights (origin VARCHAR, dep_delay DOUBLE, arr_delay DOUBLE, "
+        "month BIGINT, tailnum VARCHAR)"
+    )
+    session = privsql.connect(con, budget=10)
+    session.protect("flights", privacy_unit="tailnum", keys={"origin": ["EWR", "JFK", "LGA"]})
+    return session.sql(sql).columns
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+def test_every_spelling_of_one_question_is_charged_once(db: privsql.Session, spelling: str) -> None:
+    first = db.sql(BASE)
+    spent = db.budget.spent
+    again = db.sql(SPELLINGS[spelling])
+    assert again.cached and again.epsilon == 0
+    assert db.budget.spent == spent
+    assert len(db.budget.history) == 1
+    assert again.fetchall() == first.fetchall()
+    expected = fresh_columns(SPELLINGS[spelling])
+    assert again.columns == expected
+    assert set(again.accuracy().column_names) >= set(expected[1:])
+
+
+@pytest.mark.parametrize("miss", list(NEAR_MISSES))
+def test_a_different_question_is_never_answered_from_the_store(
+    db: privsql.Session, miss: str
+) -> None:
+    db.sql(BASE)
+    spent = db.budget.spent
+    other = db.sql(NEAR_MISSES[miss])
+    assert not other.cached and other.epsilon > 0
+    assert db.budget.spent == pytest.approx(spent + other.epsilon)
+
+
+def test_another_key_list_is_another_question(db: privsql.Session) -> None:
+    sql = "SELECT origin, COUNT(*) FROM flights GROUP BY origin PRIVACY_UNIT tailnum EPSILON 0.5"
+    db.sql(sql, keys={"origin": ["EWR", "JFK"]})
+    assert db.sql(sql.lower(), keys={"origin": ["EWR", "JFK"]}).cached
+    assert not db.sql(sql, keys={"origin": ["EWR", "LGA"]}).cached
+    assert db.budget.spent == pytest.approx(1.0)
+
+
+def test_a_string_constant_keeps_its_case(db: privsql.Session) -> None:
+    """Identifiers are case-insensitive; the text inside quotes is a value and is not."""
+    sql = "SELECT COUNT(*) FROM flights WHERE origin = 'JFK' PRIVACY_UNIT tailnum EPSILON 0.5"
+    db.sql(sql)
+    assert not db.sql(sql.replace("'JFK'", "'jfk'")).cached
+
+
+def test_estimated_bounds_are_found_under_another_spelling(db: privsql.Session) -> None:
+    """BOUND AUTO's privately estimated bounds are stored with the answer: a re-spelt
+    query is post-processed with them, at no cost, with the same values and intervals."""
+    sql = (
+        "SELECT origin, AVG(distance) AS d FROM flights f GROUP BY origin ORDER BY origin "
+        "PRIVACY_UNIT tailnum EPSILON 1"
+    )
+    first = db.sql(sql)
+    spent = db.budget.spent
+    again = db.sql(sql.replace("AS d", "AS mean_distance").replace("flights f", "flights g"))
+    assert again.cached and db.budget.spent == spent
+    assert again.fetchall() == first.fetchall()
+    assert again.accuracy()["mean_distance"].to_pylist() == first.accuracy()["d"].to_pylist()
