@@ -142,6 +142,8 @@ class Session:
         delta_budget: float | None = None,
         max_query_delta: float | None = None,
         declared_files_only: bool = False,
+        analyst: str | None = None,
+        share_answers: bool = False,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
@@ -154,7 +156,12 @@ class Session:
         self._owns_connection = owns_connection
         self._ledger_connection = ledger
         self._ledger = Ledger(
-            (ledger or connection).cursor(), budget, delta_budget, max_query_delta
+            (ledger or connection).cursor(),
+            budget,
+            delta_budget,
+            max_query_delta,
+            analyst=analyst,
+            share_answers=share_answers,
         )
         cap = self._ledger.max_query_delta
         if delta is None:
@@ -642,12 +649,14 @@ def connect(
     insecure: bool = False,
     lock_timeout: float = LOCK_TIMEOUT,
     declared_files_only: bool = False,
+    analyst: str | None = None,
+    share_answers: bool = False,
 ) -> Session:
     """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection),
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
 
-    ``budget`` is the database's total ε (fixed when its ledger is created; 1.0 if never
-    given); ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
+    ``budget`` is the database's total ε, needed to create a ledger in a file (an
+    in-memory one takes 1.0), afterwards changed only by the owner (``privsql budget``); ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
     δ one query may spend (default 1e-6, or the δ total if smaller), both also fixed at
     creation (a different value later is refused). ``epsilon`` and ``delta`` are the
     defaults of a query that names none; ``delta`` defaults to 1e-6 or the cap if smaller,
@@ -662,6 +671,10 @@ def connect(
     to close it. With ``declared_files_only`` queries read only the files the owner
     declared with ``protect`` (for analysts who are not the owner); the database's own
     files and its ledger's key are never readable by a query.
+    With ``analyst`` (a name added by ``privsql analysts``) every charge also spends from
+    that analyst's budget and is recorded under the name, and stored answers are only
+    this analyst's own (everyone's with ``share_answers``): ``privsql serve`` opens one
+    such session per analyst.
     """
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
@@ -674,6 +687,8 @@ def connect(
         "delta_budget": delta_budget,
         "max_query_delta": max_query_delta,
         "declared_files_only": declared_files_only,
+        "analyst": analyst,
+        "share_answers": share_answers,
     }
     if engine == "spark":
         if spark is None:
