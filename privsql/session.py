@@ -656,7 +656,8 @@ def connect(
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
 
     ``budget`` is the database's total ε, needed to create a ledger in a file (an
-    in-memory one takes 1.0), afterwards changed only by the owner (``privsql budget``); ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
+    in-memory one takes 1.0), afterwards changed only by the owner (``privsql budget``);
+    ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
     δ one query may spend (default 1e-6, or the δ total if smaller), both also fixed at
     creation (a different value later is refused). ``epsilon`` and ``delta`` are the
     defaults of a query that names none; ``delta`` defaults to 1e-6 or the cap if smaller,
