@@ -71,7 +71,7 @@ _NAMED_OIDS = {"regclass": ("pg_class", "relname"), "regtype": ("pg_type", "typn
 """Casts of a name to an oid type, and where the oid is looked up."""
 
 
-OVERRIDES_SCHEMA = "privsql_catalog"
+OVERRIDES_PREFIX = "privsql_catalog_"
 _OVERRIDES = {
     # pg_class with the columns psql 15 reads that DuckDB's lacks
     "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
@@ -103,7 +103,8 @@ _OVERRIDES = {
     "pg_user": "SELECT 1::BIGINT AS usesysid, 'privsql' AS usename, false AS usesuper",
 }
 """Catalog relations clients read that DuckDB's ``pg_catalog`` lacks or lacks columns of:
-views in the mirror's own schema, which catalog queries are pointed to."""
+table macros of the mirror (``OVERRIDES_PREFIX`` + name, so no client sees them listed
+as tables), which catalog queries are pointed to."""
 
 
 class SchemaMirror:
@@ -128,9 +129,10 @@ class SchemaMirror:
             self._con.execute(
                 f"CREATE TABLE {_quote(schema)}.{_quote(table)} ({', '.join(definitions)})"
             )
-        self._con.execute(f"CREATE SCHEMA {OVERRIDES_SCHEMA}")
         for view, definition in _OVERRIDES.items():
-            self._con.execute(f"CREATE VIEW {OVERRIDES_SCHEMA}.{view} AS {definition}")
+            self._con.execute(
+                f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}"
+            )
         for macro, definition in _MACROS.items():
             self._con.execute(f"CREATE OR REPLACE MACRO main.{macro}{definition}")
         self._con.execute("SET enable_external_access = false")
@@ -202,10 +204,12 @@ def _unqualified_functions(statement: exp.Expression) -> exp.Expression:
             if not isinstance(node.this, exp.Identifier):  # pg_catalog.generate_series(...)
                 node.set("db", None)
             elif node.name.lower() in _OVERRIDES:
-                if not node.alias:  # columns may say pg_class.relname
-                    node.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
-                node.set("db", exp.to_identifier(OVERRIDES_SCHEMA))
-                node.set("catalog", None)
+                # columns may say pg_class.relname: the table macro keeps the name as alias
+                alias = node.args.get("alias") or exp.TableAlias(
+                    this=exp.to_identifier(node.name)
+                )
+                function = exp.Anonymous(this=OVERRIDES_PREFIX + node.name.lower())
+                return exp.Table(this=function, alias=alias)
             return node
         if isinstance(node, exp.Anonymous) and node.name.lower() in _RENAMED:
             return exp.Anonymous(this=_RENAMED[node.name.lower()], expressions=node.expressions)
