@@ -10,6 +10,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -69,22 +70,24 @@ def dsn(host: str, port: int, user: str = "alice", password: str | None = None) 
 
 
 class ServerProcess:
-    """``privsql serve DATABASE --port 0`` as a subprocess (it prints where it listens)."""
+    """``privsql serve DATABASE --port 0`` as a subprocess (it says where it listens)."""
 
-    def __init__(self, database: Path) -> None:
+    def __init__(self, database: Path, timeout: float = 60.0) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "privsql.cli", "serve", str(database), "--port", "0"],
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.process.stderr is not None
-        line = self.process.stderr.readline()
-        found = re.search(r"on ([\d.]+):(\d+)", line)
-        if found is None:
-            self.process.kill()
-            raise RuntimeError(f"the server did not start: {line}")
+        self.log = database.with_name(database.name + ".serve.log")
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "privsql.cli", "serve", str(database), "--port", "0"],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while (found := re.search(r"on ([\d.]+):(\d+)", self.log.read_text())) is None:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"the server did not start: {self.log.read_text()}")
+            time.sleep(0.05)
         self.host, self.port = found.group(1), int(found.group(2))
 
     def kill(self) -> None:
