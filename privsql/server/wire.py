@@ -296,6 +296,8 @@ class Server(BuenaVistaServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128
+    """The listen backlog: clients connecting at once wait in it (socketserver's is 5)."""
 
     def __init__(self, address: tuple[str, int], backend: Backend) -> None:
         super().__init__(address, None)  # type: ignore[arg-type]
