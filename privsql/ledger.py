@@ -69,6 +69,10 @@ LOCK_TIMEOUT = 5.0
 _CREATING = threading.Lock()
 """Sessions of one process open (and perhaps create) ledgers one at a time; other
 processes are kept out by DuckDB's file lock."""
+_WRITERS: dict[str, threading.Lock] = {}
+"""One lock per database file: the ledgers of one process (a server's many sessions)
+take turns to write instead of conflicting and retrying (DuckDB's file lock keeps other
+processes out). Ledgers in memory have a lock of their own and rely on the retries."""
 
 
 class BudgetExceeded(PrivacyError):
@@ -76,6 +80,12 @@ class BudgetExceeded(PrivacyError):
     charged."""
 
     rule = "budget"
+
+
+class LedgerBusy(PrivacyError):
+    """Other sessions kept the ledger busy for BUSY_TIMEOUT; nothing was changed."""
+
+    rule = "busy"
 
 
 class LedgerCorrupted(PrivacyError):
@@ -224,6 +234,11 @@ class Ledger:
         with self._lock, _CREATING:
             path = database_path(connection)
             self._key_file = None if path is None else path.with_name(path.name + KEY_SUFFIX)
+            self._writing = (
+                threading.Lock()
+                if path is None
+                else _WRITERS.setdefault(os.path.realpath(path), threading.Lock())
+            )
             present = set(self._tables())
             if not present:
                 self._create(budget, *_delta_policy(delta_budget, max_query_delta))
@@ -599,14 +614,12 @@ class Ledger:
         pause = 0.001
         while True:
             try:
-                with self._snapshot():
+                with self._writing, self._snapshot():
                     change()
                 return
             except duckdb.TransactionException:
                 if time.monotonic() >= deadline:
-                    raise PrivacyError(
-                        "the ledger is busy; nothing was changed, try again"
-                    ) from None
+                    raise LedgerBusy("the ledger is busy; nothing was changed, try again") from None
             time.sleep(pause * (1 + secrets.randbelow(1000) / 1000))
             pause = min(pause * 2, 0.05)
 

@@ -306,12 +306,13 @@ class ClientSession(WireSession):
         assert match is not None
         name = match.group(1).strip('"').lower()
         settings = self._settings
-        mine = self._backend.analyst_budget(self.analyst)
+        if name == "privsql.remaining":
+            mine = self._backend.analyst_budget(self.analyst)
+            return one_row(name, None if mine is None else max(0.0, mine.total - mine.spent))
         privsql_values = {
             "privsql.last_cost": settings.last_epsilon,
             "privsql.last_delta": settings.last_delta,
             "privsql.analyst": self.analyst,
-            "privsql.remaining": None if mine is None else max(0.0, mine.total - mine.spent),
         }
         if name in privsql_values:
             return one_row(name, privsql_values[name])

@@ -18,6 +18,7 @@ BY_RULE = {
     "select-only": "42501",  # insufficient_privilege: analysts may only read
     "option": "22023",  # invalid_parameter_value
     "unsupported": "0A000",  # feature_not_supported
+    "busy": "40001",  # serialization_failure: try again
     "privacy-unit-required": "PV001",
     "privacy-unit": "PV002",
     "output": "PV003",
