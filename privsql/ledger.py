@@ -581,19 +581,56 @@ class Ledger:
     def affordable(self, epsilon: float, delta: float = 0.0) -> bool:
         """Whether ε and δ both fit in what remains, of the database's and of the session's
         analyst's budget (``_charge_once`` checks again)."""
+        try:
+            self.check_affordable(epsilon, delta)
+        except BudgetExceeded:
+            return False
+        return True
+
+    def check_affordable(self, epsilon: float, delta: float = 0.0) -> None:
+        """Raise ``BudgetExceeded`` (saying whose budget) unless ε and δ both fit in what
+        remains of the database's and of the session's analyst's budget."""
         with self._snapshot():
             state = self._state()
-            mine = None if self._analyst is None else self._analyst_row(self._analyst, state)
-        fits = _fits(state.spent, epsilon, state.total) and _fits(
-            state.delta, delta, state.delta_total
-        )
-        if mine is None:
-            return fits
-        return (
-            fits
-            and _fits(mine[0].spent, epsilon, mine[0].total)
-            and _fits(mine[0].delta_spent, delta, mine[0].delta_total)
-        )
+            self._check_tail(state)
+            self._affordable_for(state, epsilon, delta)
+
+    def _affordable_for(
+        self, state: _State, epsilon: float, delta: float
+    ) -> tuple[Analyst, str, str] | None:
+        """Refuse ε or δ that does not fit ``state`` or the analyst's budget; the analyst's
+        row (budget, verifier, MAC) when the ledger charges an analyst."""
+        if not _fits(state.spent, epsilon, state.total):
+            raise BudgetExceeded(
+                f"this query needs ε = {epsilon:g} but only "
+                f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
+                "nothing was charged"
+            )
+        if not _fits(state.delta, delta, state.delta_total):
+            raise BudgetExceeded(
+                f"this query needs δ = {delta:g} but only "
+                f"δ = {max(0.0, state.delta_total - state.delta):g} of {state.delta_total:g} "
+                "remains; nothing was charged"
+            )
+        if self._analyst is None:
+            return None
+        found = self._analyst_row(self._analyst, state)
+        if found is None:
+            raise PrivacyError(f"there is no analyst {self._analyst!r} in this database")
+        mine = found[0]
+        if not _fits(mine.spent, epsilon, mine.total):
+            raise BudgetExceeded(
+                f"this query needs ε = {epsilon:g} but only "
+                f"ε = {max(0.0, mine.total - mine.spent):g} of your {mine.total:g} remains; "
+                "nothing was charged"
+            )
+        if not _fits(mine.delta_spent, delta, mine.delta_total):
+            raise BudgetExceeded(
+                f"this query needs δ = {delta:g} but only "
+                f"δ = {max(0.0, mine.delta_total - mine.delta_spent):g} of your "
+                f"{mine.delta_total:g} remains; nothing was charged"
+            )
+        return found
 
     def charge(
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
@@ -628,25 +665,14 @@ class Ledger:
     ) -> None:
         state = self._state()
         self._check_tail(state)
-        if not _fits(state.spent, epsilon, state.total):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
-                "nothing was charged"
-            )
         if delta > state.delta_cap:
             raise InvalidOption(
                 f"δ = {delta:g} is above this database's per-query cap of δ = "
                 f"{state.delta_cap:g}; nothing was charged"
             )
-        if not _fits(state.delta, delta, state.delta_total):
-            raise BudgetExceeded(
-                f"this query needs δ = {delta:g} but only "
-                f"δ = {max(0.0, state.delta_total - state.delta):g} of {state.delta_total:g} "
-                "remains; nothing was charged"
-            )
-        if self._analyst is not None:
-            self._charge_analyst(self._analyst, state, epsilon, delta)
+        mine = self._affordable_for(state, epsilon, delta)
+        if mine is not None:
+            self._spend_analyst(mine, epsilon, delta)
         spent = state.spent + epsilon
         seq = state.entries + 1
         at = datetime.now(UTC).replace(tzinfo=None)
@@ -682,29 +708,16 @@ class Ledger:
                 ],
             )
 
-    def _charge_analyst(self, name: str, state: _State, epsilon: float, delta: float) -> None:
-        """Spend ε and δ from analyst ``name``'s budget (in the caller's transaction, which
-        also changes the budget row, so charges of one database serialise on it)."""
-        found = self._analyst_row(name, state)
-        if found is None:
-            raise PrivacyError(f"there is no analyst {name!r} in this database")
-        mine, verifier, old_mac = found
-        if not _fits(mine.spent, epsilon, mine.total):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {max(0.0, mine.total - mine.spent):g} of your {mine.total:g} remains; "
-                "nothing was charged"
-            )
-        if not _fits(mine.delta_spent, delta, mine.delta_total):
-            raise BudgetExceeded(
-                f"this query needs δ = {delta:g} but only "
-                f"δ = {max(0.0, mine.delta_total - mine.delta_spent):g} of your "
-                f"{mine.delta_total:g} remains; nothing was charged"
-            )
+    def _spend_analyst(self, mine: tuple[Analyst, str, str], epsilon: float, delta: float) -> None:
+        """Spend ε and δ from the analyst's row ``mine`` (checked by ``_affordable_for``), in
+        the caller's transaction, which also changes the budget row: charges of one
+        database serialise on it."""
+        budget, verifier, old_mac = mine
+        name = budget.name
         entries = self._analyst_entries(name) + 1
-        spent, delta_spent = mine.spent + epsilon, mine.delta_spent + delta
+        spent, delta_spent = budget.spent + epsilon, budget.delta_spent + delta
         mac = self._analyst_mac(
-            name, verifier, mine.total, spent, mine.delta_total, delta_spent, entries
+            name, verifier, budget.total, spent, budget.delta_total, delta_spent, entries
         )
         updated = self._execute(
             f"UPDATE {SCHEMA}.analysts SET spent = ?, delta_spent = ?, entries = ?, mac = ? "

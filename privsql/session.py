@@ -30,7 +30,6 @@ from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
     LOCK_TIMEOUT,
     MAX_QUERY_DELTA,
-    BudgetExceeded,
     Ledger,
     StoredAnswer,
     database_path,
@@ -483,18 +482,9 @@ class Session:
         return engine.private(run)
 
     def _check_affordable(self, epsilon: float, delta: float) -> None:
-        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ)."""
-        if self._ledger.affordable(epsilon, delta):
-            return
-        if not self._ledger.affordable(epsilon):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {self._ledger.remaining:g} remains; nothing was charged"
-            )
-        raise BudgetExceeded(
-            f"this query needs δ = {delta:g} (partition selection) but only "
-            f"δ = {self._ledger.delta_remaining:g} remains; nothing was charged"
-        )
+        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ, of the
+        database's or the analyst's budget)."""
+        self._ledger.check_affordable(epsilon, delta)
 
     def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
         """The plan a stored answer was released under: its estimated bounds and caps."""
