@@ -220,3 +220,17 @@ def test_the_schema_mirror_holds_no_rows_and_reads_no_files(tmp_path: Path):
     finally:
         mirror.close()
         source.close()
+
+
+def test_describing_a_prepared_statement_runs_nothing(server, database):
+    before = consistent_ledger(database)
+    client = RawClient(server.host, server.port)
+    assert client.login("alice", ANALYSTS["alice"])[-1][0] == b"Z"
+    sql = by_origin(0.0123).replace("GROUP BY", "AND $1 > 0 GROUP BY").encode()
+    client.send(b"P", b"s1\x00" + sql + b"\x00" + struct.pack("!hi", 1, 23))
+    client.send(b"D", b"Ss1\x00")
+    client.send(b"S", b"")
+    messages = client.until_ready()
+    client.close()
+    assert [kind for kind, _ in messages] == [b"1", b"t", b"n", b"Z"]
+    assert consistent_ledger(database) == before

@@ -252,6 +252,16 @@ class Handler(BuenaVistaHandler):
         ctx.add_portal(portal, statement, values, results)
         self.send_bind_complete()
 
+    def handle_describe(self, ctx: BVContext, payload: bytes) -> None:
+        """Describe: a portal's description comes from running it (once: Execute returns
+        that result); a statement's would need running it with made-up parameter values,
+        which could be charged, so it is described without columns (NoData)."""
+        if payload[:1] != b"S":
+            super().handle_describe(ctx, payload)
+            return
+        self.send_paramter_description(ctx.stmts[payload[1:-1].decode()][1])
+        self.wfile.write(struct.pack("!ci", ServerResponse.NO_DATA, 4))
+
     @staticmethod
     def _cstring(buffer: BVBuffer) -> str:
         data = bytearray()
