@@ -600,36 +600,16 @@ class Ledger:
     ) -> tuple[Analyst, str, str] | None:
         """Refuse ε or δ that does not fit ``state`` or the analyst's budget; the analyst's
         row (budget, verifier, MAC) when the ledger charges an analyst."""
-        if not _fits(state.spent, epsilon, state.total):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
-                "nothing was charged"
-            )
-        if not _fits(state.delta, delta, state.delta_total):
-            raise BudgetExceeded(
-                f"this query needs δ = {delta:g} but only "
-                f"δ = {max(0.0, state.delta_total - state.delta):g} of {state.delta_total:g} "
-                "remains; nothing was charged"
-            )
+        _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
+        _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
         if self._analyst is None:
             return None
         found = self._analyst_row(self._analyst, state)
         if found is None:
             raise PrivacyError(f"there is no analyst {self._analyst!r} in this database")
         mine = found[0]
-        if not _fits(mine.spent, epsilon, mine.total):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {max(0.0, mine.total - mine.spent):g} of your {mine.total:g} remains; "
-                "nothing was charged"
-            )
-        if not _fits(mine.delta_spent, delta, mine.delta_total):
-            raise BudgetExceeded(
-                f"this query needs δ = {delta:g} but only "
-                f"δ = {max(0.0, mine.delta_total - mine.delta_spent):g} of your "
-                f"{mine.delta_total:g} remains; nothing was charged"
-            )
+        _refuse_unless_fits("ε", epsilon, mine.spent, mine.total, "your ")
+        _refuse_unless_fits("δ", delta, mine.delta_spent, mine.delta_total, "your ")
         return found
 
     def charge(
@@ -1038,6 +1018,17 @@ def _write_key(path: Path, key: bytes) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _refuse_unless_fits(symbol: str, cost: float, spent: float, total: float, whose: str) -> None:
+    """Raise ``BudgetExceeded`` unless spending ``cost`` of ε or δ (``symbol``) more keeps
+    ``spent`` within ``total``; ``whose`` says whose total it is ("your " or "")."""
+    if not _fits(spent, cost, total):
+        raise BudgetExceeded(
+            f"this query needs {symbol} = {cost:g} but only "
+            f"{symbol} = {max(0.0, total - spent):g} of {whose}{total:g} remains; "
+            "nothing was charged"
+        )
 
 
 def _fits(spent: float, cost: float, total: float) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from scramp import ScramClient
 
 import privsql
-from privsql.ledger import Ledger
+from privsql.ledger import Analyst, Charge, Ledger
 from privsql.server.auth import make_verifier
 
 ANALYSTS = {"alice": "alice-Secret-1", "bob": "bob-Secret-2"}
@@ -59,6 +59,16 @@ def make_database(
 def ledger_of(path: Path) -> tuple[Ledger, duckdb.DuckDBPyConnection]:
     con = duckdb.connect(str(path))
     return Ledger(con.cursor(), None), con
+
+
+def read_ledger(path: Path) -> tuple[dict[str, Analyst], list[Charge], float]:
+    """The analysts' budgets, the history (every link checked) and the ε spent."""
+    ledger, con = ledger_of(path)
+    try:
+        return {a.name: a for a in ledger.analysts()}, ledger.history, ledger.spent
+    finally:
+        ledger.close()
+        con.close()
 
 
 def dsn(host: str, port: int, user: str = "alice", password: str | None = None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import privsql.server
-from tests.serve_support import ANALYSTS, ServerProcess, dsn, ledger_of, make_database
+from tests.serve_support import ANALYSTS, ServerProcess, dsn, make_database, read_ledger
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -81,14 +81,7 @@ def test_concurrent_analysts_never_overspend(tmp_path: Path):
             thread.join(timeout=600)
     finally:
         running.stop()
-    ledger, con = ledger_of(database)
-    try:
-        analysts = {a.name: a for a in ledger.analysts()}
-        history = ledger.history
-        total_spent = ledger.spent
-    finally:
-        ledger.close()
-        con.close()
+    analysts, history, total_spent = read_ledger(database)
     # 64 asks of ε = 0.1 against budgets of 1.0 each and a database total of 1.5.
     assert sum(answered.values()) + sum(refused.values()) == 2 * CLIENTS * 4
     assert set(refused) == {"53000"}
@@ -117,14 +110,9 @@ def test_every_answer_is_charged_on_disk_when_the_server_is_killed(tmp_path: Pat
     assert sum(answered.values()) >= 24
     restarted = ServerProcess(database)  # the killed server's files open again
     restarted.kill()
-    ledger, con = ledger_of(database)  # and the ledger verifies, every link of its history
-    try:
-        analysts = {a.name: a for a in ledger.analysts()}
-        history = ledger.history
-        total_spent = ledger.spent
-    finally:
-        ledger.close()
-        con.close()
+    analysts, history, total_spent = read_ledger(
+        database
+    )  # and the ledger verifies, every link of its history
     for name in ANALYSTS:
         charged = [c for c in history if c.analyst == name]
         assert len(charged) >= answered[name]  # answered ⇒ charged (some charged, unsent)

@@ -31,6 +31,7 @@ from buenavista.core import Session as WireSession
 
 import privsql
 from privsql.ledger import Analyst, Ledger, open_database
+from privsql.plot import noisy_columns
 from privsql.result import Result
 from privsql.server import sqlstate
 from privsql.server.catalog import SchemaMirror, is_catalog_query, parse_postgres
@@ -286,10 +287,8 @@ class ClientSession(WireSession):
         if not self._settings.intervals:
             return table
         widths = result.accuracy(ALPHA)
-        for name in result.columns:
-            width = widths.column(name)
-            if width.null_count < len(width) or (len(width) == 0 and result.epsilon > 0):
-                table = table.append_column(f"{name}_pm", width.cast(pa.float64()))
+        for name in noisy_columns(result, ALPHA):
+            table = table.append_column(f"{name}_pm", widths.column(name).cast(pa.float64()))
         return table
 
     def _set(self, text: str) -> Answer:

@@ -130,9 +130,7 @@ class SchemaMirror:
                 f"CREATE TABLE {_quote(schema)}.{_quote(table)} ({', '.join(definitions)})"
             )
         for view, definition in _OVERRIDES.items():
-            self._con.execute(
-                f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}"
-            )
+            self._con.execute(f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}")
         for macro, definition in _MACROS.items():
             self._con.execute(f"CREATE OR REPLACE MACRO main.{macro}{definition}")
         self._con.execute("SET enable_external_access = false")
@@ -205,9 +203,7 @@ def _unqualified_functions(statement: exp.Expression) -> exp.Expression:
                 node.set("db", None)
             elif node.name.lower() in _OVERRIDES:
                 # columns may say pg_class.relname: the table macro keeps the name as alias
-                alias = node.args.get("alias") or exp.TableAlias(
-                    this=exp.to_identifier(node.name)
-                )
+                alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
                 function = exp.Anonymous(this=OVERRIDES_PREFIX + node.name.lower())
                 return exp.Table(this=function, alias=alias)
             return node
