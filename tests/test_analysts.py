@@ -87,7 +87,7 @@ def test_only_a_salted_verifier_is_stored_and_it_checks_the_password(capsys, mon
     scramp = pytest.importorskip("scramp")
     for password, accepted in (("correct horse", True), ("wrong", False)):
         client = scramp.ScramClient(["SCRAM-SHA-256"], "alice", password)
-        exchange = Exchange(verifier)
+        exchange = Exchange(verifier, "alice")
         first = client.get_client_first()
         # the server checks the message as sent; scramp's client insists on a user name
         client.set_server_first(exchange.first(first))

@@ -5,6 +5,7 @@ and charges every answer it computed."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -234,3 +235,22 @@ def test_describing_a_prepared_statement_runs_nothing(server, database):
     client.close()
     assert [kind for kind, _ in messages] == [b"1", b"t", b"n", b"Z"]
     assert consistent_ledger(database) == before
+
+
+def test_an_unknown_name_shows_a_salt_as_steady_as_an_analysts(server):
+    def salt(user: str) -> str:
+        client = RawClient(server.host, server.port)
+        client.startup(user)
+        assert (client.receive() or (b"", b""))[0] == b"R"
+        first = b"n,,n=,r=" + os.urandom(12).hex().encode()
+        client.send(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first)
+        kind, body = client.receive() or (b"", b"")
+        client.close()
+        assert kind == b"R" and struct.unpack("!i", body[:4])[0] == 11
+        fields = dict(f.split("=", 1) for f in body[4:].decode().split(","))
+        assert fields["i"] == "4096"
+        return fields["s"]
+
+    assert salt("alice") == salt("alice")
+    assert salt("mallory") == salt("mallory")  # as steady as a real analyst's
+    assert salt("mallory") != salt("eve") != salt("alice")

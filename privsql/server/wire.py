@@ -31,6 +31,7 @@ from buenavista.postgres import (
     ServerResponse,
 )
 
+from privsql.cli import statements
 from privsql.server import parameters, sqlstate
 from privsql.server.auth import MECHANISM, Exchange, Failed
 from privsql.server.backend import PARAMETERS, Answer, Backend, Refusal
@@ -130,7 +131,7 @@ class Handler(BuenaVistaHandler):
 
     def _authenticate(self, analyst: str) -> None:
         """SCRAM-SHA-256 (RFC 7677) with the analyst's verifier; raises ``Failed``."""
-        exchange = Exchange(self.server.backend.verifier(analyst) if analyst else None)
+        exchange = Exchange(self.server.backend.verifier(analyst) if analyst else None, analyst)
         self._auth(SASL, MECHANISM.encode() + b"\x00\x00")
         kind, payload = self._message()
         if kind != ClientCommand.PASSWORD_MESSAGE:
@@ -211,8 +212,6 @@ class Handler(BuenaVistaHandler):
 
     def handle_query(self, ctx: BVContext, payload: bytes) -> None:
         """A simple query: one or more statements, each answered (or refused) in turn."""
-        from privsql.cli import statements
-
         text = payload.decode("utf-8").rstrip("\x00")
         pieces = statements(text)
         if not pieces:
