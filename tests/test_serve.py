@@ -239,3 +239,20 @@ def test_sqlalchemy_and_pandas(server, database):
         assert isinstance(columns["year"], sqlalchemy.BigInteger)
     finally:
         engine.dispose()
+
+
+def test_the_owner_can_share_stored_answers_between_analysts(server, database):
+    query = by_origin(0.375)
+    with connect(server, "alice") as con:
+        first = sorted(con.execute(query).fetchall())
+    shared = privsql.server.start(database, share_answers=True)
+    try:
+        before = spent(database, "bob")
+        notices: list[str] = []
+        with connect(shared, "bob") as con:
+            con.add_notice_handler(lambda d: notices.append(d.message_primary))
+            assert sorted(con.execute(query).fetchall()) == first  # alice's answer
+        assert spent(database, "bob") == before
+        assert "stored answer" in notices[0]
+    finally:
+        shared.stop()
