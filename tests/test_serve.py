@@ -1,5 +1,6 @@
-"""``privsql serve`` with real PostgreSQL clients: psql (a subprocess), psycopg, and
-SQLAlchemy with pandas, against a server started on a free loopback port.
+"""``privsql serve`` with real PostgreSQL clients: psql (a subprocess), psycopg, SQLAlchemy
+with pandas, and jupysql's ``%sql`` in an IPython shell, against a server started on a
+free loopback port.
 
 Each client runs a grouped DP query, gets a refusal as an error with its SQLSTATE, reads
 ``SHOW privsql.last_cost`` and lists tables and columns."""
@@ -256,3 +257,29 @@ def test_the_owner_can_share_stored_answers_between_analysts(server, database):
         assert "stored answer" in notices[0]
     finally:
         shared.stop()
+
+
+def test_jupysql_in_an_ipython_shell(server):
+    pytest.importorskip("sql.magic")  # jupysql
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "sql")
+        shell.run_line_magic("config", "SqlMagic.displaylimit = 0")
+        url = f"postgresql+psycopg://alice:{ANALYSTS['alice']}@{server.host}:{server.port}/flights"
+        shell.run_line_magic("sql", url)
+        frame = shell.run_line_magic("sql", by_origin(0.875)).DataFrame()
+        assert sorted(frame["origin"]) == ["EWR", "JFK", "LGA"]
+        assert shell.run_line_magic("sql", "SHOW privsql.last_cost").dict() == {
+            "privsql.last_cost": ("0.875",)
+        }
+        with pytest.raises(Exception, match=r"\[privacy-unit-required\]"):
+            shell.run_line_magic("sql", REFUSED)
+        tables = shell.run_line_magic("sqlcmd", "tables")
+        assert {"flights", "airlines"} <= {row[0] for row in tables._table.rows}
+    finally:
+        from sql.connection import ConnectionManager
+
+        ConnectionManager.close_all()
+        InteractiveShell.clear_instance()
