@@ -11,8 +11,6 @@ which are not private (privsql's declarations are public too).
 
 from __future__ import annotations
 
-import threading
-
 import duckdb
 import pyarrow as pa
 import sqlglot
@@ -135,15 +133,10 @@ class SchemaMirror:
             self._con.execute(f"CREATE OR REPLACE MACRO main.{macro}{definition}")
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET lock_configuration = true")
-        self._lock = threading.Lock()
-
-    def tables(self) -> list[str]:
-        """The mirrored tables' names."""
-        return [name for (name,) in self._con.cursor().execute("SHOW TABLES").fetchall()]
 
     def query(self, statement: exp.Expression) -> pa.Table:
         """Run a catalog query (parsed as PostgreSQL) on the mirror."""
-        duckdb_sql = _unqualified_functions(statement).sql(dialect="duckdb")
+        duckdb_sql = _for_duckdb(statement).sql(dialect="duckdb")
         cursor = self._con.cursor()
         try:
             cursor.execute(f"USE {self._name}")  # a cursor starts in the default database
@@ -177,9 +170,12 @@ def is_catalog_query(statement: exp.Expression) -> bool:
     return True
 
 
-def _unqualified_functions(statement: exp.Expression) -> exp.Expression:
-    """``pg_catalog.f(x)`` as ``f(x)``: DuckDB finds its own and the mirror's macros
-    unqualified; ``OPERATOR(pg_catalog.~)`` becomes the plain operator, and collations
+def _for_duckdb(statement: exp.Expression) -> exp.Expression:
+    """A PostgreSQL catalog query as the mirror's DuckDB can run it: ``pg_catalog.f(x)`` as
+    ``f(x)`` (DuckDB finds its own and the mirror's macros unqualified), relations DuckDB
+    lacks (or lacks columns of) as the mirror's table macros, ``OPERATOR(pg_catalog.~)``
+    as the plain operator, casts to ``pg_catalog`` types as DuckDB's, ``'t'::regclass`` as
+    a look-up of the oid, ``json_build_object`` as ``json_object``; collations
     (``COLLATE pg_catalog.default``) are dropped."""
 
     def strip(node: exp.Expression) -> exp.Expression:
