@@ -36,6 +36,7 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 import privsql
+from privsql import admin
 from privsql.plot import noisy_columns
 from privsql.result import Result
 from rewriter.dialect import PrivSQL
@@ -537,6 +538,7 @@ def parser() -> argparse.ArgumentParser:
         "database", nargs="?", default=":memory:", help="DuckDB database file (default: in memory)"
     )
     p.add_argument("--budget", type=float, help="total ε of a new database's ledger")
+    p.add_argument("--create", action="store_true", help="create the database if it is missing")
     p.add_argument("--epsilon", type=float, default=1.0, help="ε of a query naming none")
     p.add_argument(
         "--delta-budget", type=float, help="total δ of a new database's ledger (default 1e-5)"
@@ -574,6 +576,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in admin.COMMANDS:  # privsql serve / analysts / budget
+        return admin.main(argv)
     args = parser().parse_args(argv)
     if not 0 < args.alpha < 1:
         print("privsql: error: --alpha must be between 0 and 1", file=sys.stderr)
@@ -588,6 +593,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as error:
             print(f"privsql: error: {error}", file=sys.stderr)
             return EXIT_ERROR
+    if args.database != ":memory:" and not args.create and not Path(args.database).exists():
+        print(
+            f"privsql: error: no such database: {args.database} "
+            "(--create --budget E creates one)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     try:
         db = privsql.connect(
             args.database,

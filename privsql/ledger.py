@@ -18,6 +18,15 @@ rather than starting a fresh one (docs/privacy.md, "The ledger's threat model").
 Ledgers written before δ was budgeted have no ``delta_total`` / ``delta_cap`` columns;
 opening one with its key checks its budget row under the old MAC and migrates it in one
 transaction, with the default δ total and cap (``Ledger._migrate``).
+
+Analysts (``privsql serve``, docs/serving.md) each have a row in ``analysts``: a salted
+SCRAM-SHA-256 verifier of their password (never the password), their own ε and δ totals
+and what they spent, sealed by its own MAC. A charge made for an analyst spends from
+their row and from the database's totals in the same transaction (analysts may collude:
+the database's totals bound what all of them learn together); the history records who
+asked, and stored answers are kept per analyst. Each analyst row also counts the analyst's
+history entries, so an older copy of it (with less spent) put back is detected, as the
+history itself cannot be shortened.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from rewriter.errors import InvalidOption, PrivacyError
 
 SCHEMA = "__privsql"
 TABLES = ("budget", "history", "answers", "sources")
+"""The tables every ledger has; ``analysts`` (and the ``analyst`` columns of ``history`` and
+``answers``) are added to older ledgers when they are opened (``Ledger._add_analysts``)."""
 KEY_SUFFIX = ".privsql-key"
 """The ledger key of a database file lives in a file of this name next to it."""
 TOLERANCE = 1e-9
@@ -58,6 +69,10 @@ LOCK_TIMEOUT = 5.0
 _CREATING = threading.Lock()
 """Sessions of one process open (and perhaps create) ledgers one at a time; other
 processes are kept out by DuckDB's file lock."""
+_WRITERS: dict[str, threading.Lock] = {}
+"""One lock per database file: the ledgers of one process (a server's many sessions)
+take turns to write instead of conflicting and retrying (DuckDB's file lock keeps other
+processes out). Ledgers in memory have a lock of their own and rely on the retries."""
 
 
 class BudgetExceeded(PrivacyError):
@@ -65,6 +80,12 @@ class BudgetExceeded(PrivacyError):
     charged."""
 
     rule = "budget"
+
+
+class LedgerBusy(PrivacyError):
+    """Other sessions kept the ledger busy for BUSY_TIMEOUT; nothing was changed."""
+
+    rule = "busy"
 
 
 class LedgerCorrupted(PrivacyError):
@@ -84,6 +105,19 @@ class Charge:
     query: str
     epsilon: float
     delta: float
+    analyst: str | None = None
+    """Who asked: an analyst's name, or None for the data owner's own sessions."""
+
+
+@dataclass(frozen=True)
+class Analyst:
+    """One analyst's budget: totals set by the owner, and what the analyst spent."""
+
+    name: str
+    total: float
+    spent: float
+    delta_total: float
+    delta_spent: float
 
 
 @dataclass(frozen=True)
@@ -176,19 +210,35 @@ class Ledger:
         budget: float | None,
         delta_budget: float | None = None,
         max_query_delta: float | None = None,
+        *,
+        analyst: str | None = None,
+        share_answers: bool = False,
     ) -> None:
         """Open (creating or migrating if need be) the ledger of ``connection``'s database.
 
         ``budget``, ``delta_budget`` and ``max_query_delta`` are the owner's ε total, δ
         total and per-query δ cap: set when the ledger is created, refused if they differ
-        from those of an existing ledger. ``None`` takes the existing (or default) value.
+        from those of an existing ledger. ``None`` takes the existing value; a ledger kept
+        in a file cannot be created without an explicit ``budget`` (its total is fixed for
+        good), one in memory takes ε = 1.
+
+        With ``analyst`` every charge also spends from that analyst's budget, the history
+        records the name, and stored answers are those this analyst was given (all
+        analysts' with ``share_answers``).
         """
         self._con = connection
         self._lock = threading.RLock()
         self._secret: int | None = None
+        self._analyst = analyst
+        self._share_answers = share_answers
         with self._lock, _CREATING:
             path = database_path(connection)
             self._key_file = None if path is None else path.with_name(path.name + KEY_SUFFIX)
+            self._writing = (
+                threading.Lock()
+                if path is None
+                else _WRITERS.setdefault(os.path.realpath(path), threading.Lock())
+            )
             present = set(self._tables())
             if not present:
                 self._create(budget, *_delta_policy(delta_budget, max_query_delta))
@@ -198,6 +248,8 @@ class Ledger:
             with self._transaction():
                 if not self._has_delta_budget():
                     self._migrate()
+                if "analysts" not in self._tables():
+                    self._add_analysts()
                 state = self._state()
                 self._check_tail(state)
                 self._sources(state)
@@ -222,6 +274,8 @@ class Ledger:
                     f"this database's per-query δ cap is fixed at δ = {state.delta_cap:g}; "
                     "it cannot be changed"
                 )
+            if analyst is not None and self.analyst(analyst) is None:
+                raise PrivacyError(f"there is no analyst {analyst!r} in this database")
 
     def close(self) -> None:
         """Close the ledger's cursor (the database file stays locked while any is open)."""
@@ -245,6 +299,12 @@ class Ledger:
                 f"this database has lost its ledger (the key {self._key_file} exists but the "
                 "ledger does not); privsql will not start a fresh one. If the database file "
                 "is really new, delete the key file"
+            )
+        if budget is None and self._key_file is not None:
+            raise PrivacyError(
+                "this database has no ledger yet: give its total ε (budget=, or --budget) "
+                "to create one; it cannot be changed later except by the owner's "
+                "`privsql budget`"
             )
         total = 1.0 if budget is None else _checked_budget(budget)
         key = secrets.token_bytes(32)
@@ -271,6 +331,7 @@ class Ledger:
                 f"CREATE TABLE {SCHEMA}.sources (name VARCHAR PRIMARY KEY, public BOOLEAN, "
                 "privacy_unit VARCHAR, bounds VARCHAR, keys VARCHAR)"
             )
+            self._add_analysts()
             if self._key_file is None:  # in memory: no file another tool could open
                 con.execute(f"CREATE TABLE {SCHEMA}.key (key BLOB)")
                 con.execute(f"INSERT INTO {SCHEMA}.key VALUES (?)", [key])
@@ -336,6 +397,17 @@ class Ledger:
             [new.delta_total, new.delta_cap, new.mac],
         )
 
+    def _add_analysts(self) -> None:
+        """The analysts' table, and who asked in the history and stored answers (in the
+        caller's transaction; ledgers written before analysts existed lack them)."""
+        self._execute(
+            f"CREATE TABLE {SCHEMA}.analysts (name VARCHAR PRIMARY KEY, verifier VARCHAR, "
+            "total DOUBLE, spent DOUBLE, delta_total DOUBLE, delta_spent DOUBLE, "
+            "entries BIGINT, mac VARCHAR)"
+        )
+        for table in ("history", "answers"):
+            self._execute(f"ALTER TABLE {SCHEMA}.{table} ADD COLUMN IF NOT EXISTS analyst VARCHAR")
+
     def _read_key(self) -> bytes:
         if self._key_file is None:
             rows = self._con.execute(f"SELECT key FROM {SCHEMA}.key").fetchall()
@@ -376,8 +448,20 @@ class Ledger:
     def _declared(self, sources: list[list]) -> str:
         return self._mac("sources", sources)
 
-    def _entry_mac(self, seq: int, at: datetime, query: str, eps: float, delta: float, prev: str):
-        return self._mac("history", seq, at.isoformat(), query, eps, delta, prev)
+    def _entry_mac(
+        self,
+        seq: int,
+        at: datetime,
+        query: str,
+        eps: float,
+        delta: float,
+        prev: str,
+        analyst: str | None,
+    ) -> str:
+        fields = (seq, at.isoformat(), query, eps, delta, prev)
+        if analyst is None:  # the owner's entries, as before analysts existed
+            return self._mac("history", *fields)
+        return self._mac("history", *fields, analyst)
 
     def _read_sources(self) -> list[list]:
         rows = self._con.execute(
@@ -417,15 +501,16 @@ class Ledger:
 
     def _history(self) -> list[Charge]:
         rows = self._con.execute(
-            f"SELECT seq, charged_at, query, epsilon, delta, mac FROM {SCHEMA}.history ORDER BY seq"
+            f"SELECT seq, charged_at, query, epsilon, delta, mac, analyst FROM {SCHEMA}.history "
+            "ORDER BY seq"
         ).fetchall()
         previous = ""
-        for expected, (seq, at, query, eps, delta, mac) in enumerate(rows, start=1):
-            link = self._entry_mac(seq, at, query, eps, delta, previous)
+        for expected, (seq, at, query, eps, delta, mac, analyst) in enumerate(rows, start=1):
+            link = self._entry_mac(seq, at, query, eps, delta, previous, analyst)
             if seq != expected or not hmac.compare_digest(link, str(mac)):
                 raise LedgerCorrupted("the ledger's history was changed outside privsql")
             previous = mac
-        return [Charge(at, query, eps, delta) for _, at, query, eps, delta, _ in rows]
+        return [Charge(at, query, eps, delta, who) for _, at, query, eps, delta, _, who in rows]
 
     # -- the budget -------------------------------------------------------------------
 
@@ -494,12 +579,38 @@ class Ledger:
         return frozenset(os.path.normpath(os.path.abspath(p)) for p in names if p is not None)
 
     def affordable(self, epsilon: float, delta: float = 0.0) -> bool:
-        """Whether ε and δ both fit in what remains (``_charge_once`` checks again)."""
-        with self._lock:
+        """Whether ε and δ both fit in what remains, of the database's and of the session's
+        analyst's budget (``_charge_once`` checks again)."""
+        try:
+            self.check_affordable(epsilon, delta)
+        except BudgetExceeded:
+            return False
+        return True
+
+    def check_affordable(self, epsilon: float, delta: float = 0.0) -> None:
+        """Raise ``BudgetExceeded`` (saying whose budget) unless ε and δ both fit in what
+        remains of the database's and of the session's analyst's budget."""
+        with self._snapshot():
             state = self._state()
-        return _fits(state.spent, epsilon, state.total) and _fits(
-            state.delta, delta, state.delta_total
-        )
+            self._check_tail(state)
+            self._affordable_for(state, epsilon, delta)
+
+    def _affordable_for(
+        self, state: _State, epsilon: float, delta: float
+    ) -> tuple[Analyst, str, str] | None:
+        """Refuse ε or δ that does not fit ``state`` or the analyst's budget; the analyst's
+        row (budget, verifier, MAC) when the ledger charges an analyst."""
+        _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
+        _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
+        if self._analyst is None:
+            return None
+        found = self._analyst_row(self._analyst, state)
+        if found is None:
+            raise PrivacyError(f"there is no analyst {self._analyst!r} in this database")
+        mine = found[0]
+        _refuse_unless_fits("ε", epsilon, mine.spent, mine.total, "your ")
+        _refuse_unless_fits("δ", delta, mine.delta_spent, mine.delta_total, "your ")
+        return found
 
     def charge(
         self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
@@ -520,14 +631,12 @@ class Ledger:
         pause = 0.001
         while True:
             try:
-                with self._snapshot():
+                with self._writing, self._snapshot():
                     change()
                 return
             except duckdb.TransactionException:
                 if time.monotonic() >= deadline:
-                    raise PrivacyError(
-                        "the ledger is busy; nothing was changed, try again"
-                    ) from None
+                    raise LedgerBusy("the ledger is busy; nothing was changed, try again") from None
             time.sleep(pause * (1 + secrets.randbelow(1000) / 1000))
             pause = min(pause * 2, 0.05)
 
@@ -536,27 +645,18 @@ class Ledger:
     ) -> None:
         state = self._state()
         self._check_tail(state)
-        if not _fits(state.spent, epsilon, state.total):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {max(0.0, state.total - state.spent):g} of {state.total:g} remains; "
-                "nothing was charged"
-            )
         if delta > state.delta_cap:
             raise InvalidOption(
                 f"δ = {delta:g} is above this database's per-query cap of δ = "
                 f"{state.delta_cap:g}; nothing was charged"
             )
-        if not _fits(state.delta, delta, state.delta_total):
-            raise BudgetExceeded(
-                f"this query needs δ = {delta:g} but only "
-                f"δ = {max(0.0, state.delta_total - state.delta):g} of {state.delta_total:g} "
-                "remains; nothing was charged"
-            )
+        mine = self._affordable_for(state, epsilon, delta)
+        if mine is not None:
+            self._spend_analyst(mine, epsilon, delta)
         spent = state.spent + epsilon
         seq = state.entries + 1
         at = datetime.now(UTC).replace(tzinfo=None)
-        link = self._entry_mac(seq, at, label, epsilon, delta, state.head)
+        link = self._entry_mac(seq, at, label, epsilon, delta, state.head, self._analyst)
         new = self._sealed(
             state.total,
             spent,
@@ -570,20 +670,42 @@ class Ledger:
         )
         self._compare_and_set(state, new)
         self._execute(
-            f"INSERT INTO {SCHEMA}.history VALUES (?, ?, ?, ?, ?, ?)",
-            [seq, at, label, epsilon, delta, link],
+            f"INSERT INTO {SCHEMA}.history (seq, charged_at, query, epsilon, delta, mac, "
+            "analyst) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [seq, at, label, epsilon, delta, link, self._analyst],
         )
         if answer is not None:
             blob = _ipc(answer.table)
             self._execute(
-                f"INSERT INTO {SCHEMA}.answers VALUES (?, ?, ?, ?)",
+                f"INSERT INTO {SCHEMA}.answers (query, data, answer, mac, analyst) "
+                "VALUES (?, ?, ?, ?, ?)",
                 [
                     answer.query,
                     answer.data,
                     blob,
-                    self._answer_mac(answer.query, answer.data, blob),
+                    self._answer_mac(answer.query, answer.data, blob, self._analyst),
+                    self._analyst,
                 ],
             )
+
+    def _spend_analyst(self, mine: tuple[Analyst, str, str], epsilon: float, delta: float) -> None:
+        """Spend ε and δ from the analyst's row ``mine`` (checked by ``_affordable_for``), in
+        the caller's transaction, which also changes the budget row: charges of one
+        database serialise on it."""
+        budget, verifier, old_mac = mine
+        name = budget.name
+        entries = self._analyst_entries(name) + 1
+        spent, delta_spent = budget.spent + epsilon, budget.delta_spent + delta
+        mac = self._analyst_mac(
+            name, verifier, budget.total, spent, budget.delta_total, delta_spent, entries
+        )
+        updated = self._execute(
+            f"UPDATE {SCHEMA}.analysts SET spent = ?, delta_spent = ?, entries = ?, mac = ? "
+            "WHERE name = ? AND mac = ? RETURNING name",
+            [spent, delta_spent, entries, mac, name, old_mac],
+        ).fetchall()
+        if not updated:
+            raise duckdb.TransactionException("the analyst's row changed meanwhile")
 
     def _compare_and_set(self, old: _State, new: _State) -> None:
         """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
@@ -624,30 +746,212 @@ class Ledger:
     def query_key(*parts: object) -> str:
         return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
-    def _answer_mac(self, query: str, data: str, blob: bytes) -> str:
-        return self._mac("answer", query, data, hashlib.sha256(blob).hexdigest())
+    def _answer_mac(self, query: str, data: str, blob: bytes, analyst: str | None) -> str:
+        fields = (query, data, hashlib.sha256(blob).hexdigest())
+        if analyst is None:  # the owner's answers, as before analysts existed
+            return self._mac("answer", *fields)
+        return self._mac("answer", *fields, analyst)
+
+    def _whose_answers(self) -> tuple[str, list]:
+        """The condition (and its parameters) on the ``analyst`` column selecting the stored
+        answers this ledger may return: its own analyst's (the owner's own for none), or all
+        with ``share_answers``."""
+        if self._share_answers:
+            return "TRUE", []
+        return "analyst IS NOT DISTINCT FROM ?", [self._analyst]
 
     def has_answers(self, query: str) -> bool:
+        whose, parameters = self._whose_answers()
         with self._lock:
             return bool(
                 self._con.execute(
-                    f"SELECT 1 FROM {SCHEMA}.answers WHERE query = ? LIMIT 1", [query]
+                    f"SELECT 1 FROM {SCHEMA}.answers WHERE query = ? AND {whose} LIMIT 1",
+                    [query, *parameters],
                 ).fetchall()
             )
 
     def answer(self, query: str, data: str) -> pa.Table | None:
         """The stored answer of ``query`` on ``data``, if its MAC holds."""
+        whose, parameters = self._whose_answers()
         with self._lock:
             rows = self._con.execute(
-                f"SELECT answer, mac FROM {SCHEMA}.answers WHERE query = ? AND data = ? LIMIT 1",
-                [query, data],
+                f"SELECT answer, mac, analyst FROM {SCHEMA}.answers "
+                f"WHERE query = ? AND data = ? AND {whose} LIMIT 1",
+                [query, data, *parameters],
             ).fetchall()
         if not rows:
             return None
-        blob, mac = rows[0]
-        if not hmac.compare_digest(self._answer_mac(query, data, blob), str(mac)):
+        blob, mac, analyst = rows[0]
+        if not hmac.compare_digest(self._answer_mac(query, data, blob, analyst), str(mac)):
             raise LedgerCorrupted("a stored answer was changed outside privsql")
         return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+    # -- the owner's administration: totals and analysts ---------------------------------
+
+    def set_total(self, epsilon: float | None = None, delta: float | None = None) -> None:
+        """Change the database's ε total (and/or δ total): the owner may raise a total, or
+        lower it, but never below what was already spent."""
+        self._write(lambda: self._set_total_once(epsilon, delta))
+
+    def _set_total_once(self, epsilon: float | None, delta: float | None) -> None:
+        state = self._state()
+        self._check_tail(state)
+        total = state.total if epsilon is None else _checked_budget(epsilon)
+        delta_total = state.delta_total if delta is None else _checked_delta(delta, "δ budget")
+        if total < state.spent * (1 - TOLERANCE) or delta_total < state.delta * (1 - TOLERANCE):
+            raise PrivacyError(
+                f"a total cannot be set below what was spent (ε = {state.spent:g}, "
+                f"δ = {state.delta:g})"
+            )
+        if delta_total < state.delta_cap:
+            raise PrivacyError(
+                f"the δ total cannot be set below the per-query cap of δ = {state.delta_cap:g}"
+            )
+        fields = astuple(state)[4:-1]  # the δ cap, secret, entries, head, declarations
+        new = self._sealed(total, state.spent, state.delta, delta_total, *fields)
+        updated = self._execute(
+            f"UPDATE {SCHEMA}.budget SET total = ?, delta_total = ?, mac = ? "
+            "WHERE id = 1 AND mac = ? RETURNING id",
+            [new.total, new.delta_total, new.mac, state.mac],
+        ).fetchall()
+        if not updated:
+            raise duckdb.TransactionException("the budget row changed meanwhile")
+
+    def _analyst_mac(
+        self,
+        name: str,
+        verifier: str,
+        total: float,
+        spent: float,
+        delta_total: float,
+        delta_spent: float,
+        entries: int,
+    ) -> str:
+        return self._mac("analyst", name, verifier, total, spent, delta_total, delta_spent, entries)
+
+    def _analyst_entries(self, name: str) -> int:
+        return self._con.execute(
+            f"SELECT count(*) FROM {SCHEMA}.history WHERE analyst = ?", [name]
+        ).fetchall()[0][0]
+
+    def _analyst_row(self, name: str, state: _State) -> tuple[Analyst, str, str] | None:
+        """Analyst ``name``'s budget, verifier and MAC, after checking the MAC and that the
+        row counts every history entry of the analyst (an older copy put back would not);
+        None if there is no such analyst."""
+        self._check_tail(state)
+        rows = self._con.execute(
+            f"SELECT name, verifier, total, spent, delta_total, delta_spent, entries, mac "
+            f"FROM {SCHEMA}.analysts WHERE name = ?",
+            [name],
+        ).fetchall()
+        if not rows:
+            return None
+        name, verifier, total, spent, delta_total, delta_spent, entries, mac = rows[0]
+        expected = self._analyst_mac(
+            name, verifier, total, spent, delta_total, delta_spent, entries
+        )
+        if not hmac.compare_digest(expected, str(mac)) or entries != self._analyst_entries(name):
+            raise LedgerCorrupted(f"analyst {name!r}'s budget was changed outside privsql")
+        return Analyst(name, total, spent, delta_total, delta_spent), verifier, mac
+
+    def analyst(self, name: str) -> Analyst | None:
+        """Analyst ``name``'s budget, or None if there is no such analyst."""
+        with self._snapshot():
+            found = self._analyst_row(name, self._state())
+        return None if found is None else found[0]
+
+    def verifier(self, name: str) -> str | None:
+        """The stored password verifier of analyst ``name`` (privsql.server.auth), or None."""
+        with self._snapshot():
+            found = self._analyst_row(name, self._state())
+        return None if found is None else found[1]
+
+    def analysts(self) -> list[Analyst]:
+        """Every analyst's budget, by name."""
+        with self._snapshot():
+            state = self._state()
+            names = self._con.execute(
+                f"SELECT name FROM {SCHEMA}.analysts ORDER BY name"
+            ).fetchall()
+            found = [self._analyst_row(name, state) for (name,) in names]
+        return [row[0] for row in found if row is not None]
+
+    def add_analyst(
+        self, name: str, verifier: str, epsilon: float, delta: float | None = None
+    ) -> None:
+        """A new analyst with password ``verifier`` and ε (δ: the database's δ total if
+        None) budgets. A name that asked before (and was removed) keeps what it spent."""
+        epsilon = _checked_budget(epsilon)
+        if not name or not name.isprintable():
+            raise PrivacyError("an analyst's name must be printable and not empty")
+
+        def add() -> None:
+            state = self._state()
+            if self._analyst_row(name, state) is not None:
+                raise PrivacyError(f"analyst {name!r} already exists")
+            delta_total = state.delta_total if delta is None else _checked_delta(delta, "δ budget")
+            spent, delta_spent, entries = self._con.execute(
+                f"SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0), count(*) "
+                f"FROM {SCHEMA}.history WHERE analyst = ?",
+                [name],
+            ).fetchall()[0]
+            mac = self._analyst_mac(
+                name, verifier, epsilon, spent, delta_total, delta_spent, entries
+            )
+            self._execute(
+                f"INSERT INTO {SCHEMA}.analysts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [name, verifier, epsilon, spent, delta_total, delta_spent, entries, mac],
+            )
+
+        self._write(add)
+
+    def set_analyst(
+        self,
+        name: str,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        verifier: str | None = None,
+    ) -> None:
+        """Change analyst ``name``'s ε or δ budget (never below what they spent) or password."""
+
+        def change() -> None:
+            found = self._analyst_row(name, self._state())
+            if found is None:
+                raise PrivacyError(f"there is no analyst {name!r} in this database")
+            mine, old_verifier, old_mac = found
+            total = mine.total if epsilon is None else _checked_budget(epsilon)
+            delta_total = mine.delta_total if delta is None else _checked_delta(delta, "δ budget")
+            if total < mine.spent * (1 - TOLERANCE) or delta_total < mine.delta_spent * (
+                1 - TOLERANCE
+            ):
+                raise PrivacyError(
+                    f"analyst {name!r} already spent ε = {mine.spent:g}, δ = "
+                    f"{mine.delta_spent:g}: a budget cannot be set below that"
+                )
+            new_verifier = old_verifier if verifier is None else verifier
+            entries = self._analyst_entries(name)
+            mac = self._analyst_mac(
+                name, new_verifier, total, mine.spent, delta_total, mine.delta_spent, entries
+            )
+            self._execute(
+                f"UPDATE {SCHEMA}.analysts SET verifier = ?, total = ?, delta_total = ?, "
+                "mac = ? WHERE name = ? AND mac = ?",
+                [new_verifier, total, delta_total, mac, name, old_mac],
+            )
+
+        self._write(change)
+
+    def remove_analyst(self, name: str) -> None:
+        """Remove analyst ``name`` (who can then no longer sign in); the history keeps what
+        they asked, and adding the name again restores what they spent."""
+
+        def remove() -> None:
+            if self._analyst_row(name, self._state()) is None:
+                raise PrivacyError(f"there is no analyst {name!r} in this database")
+            self._execute(f"DELETE FROM {SCHEMA}.analysts WHERE name = ?", [name])
+
+        self._write(remove)
 
     # -- the data owner's declarations -------------------------------------------------
 
@@ -714,6 +1018,17 @@ def _write_key(path: Path, key: bytes) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _refuse_unless_fits(symbol: str, cost: float, spent: float, total: float, whose: str) -> None:
+    """Raise ``BudgetExceeded`` unless spending ``cost`` of ε or δ (``symbol``) more keeps
+    ``spent`` within ``total``; ``whose`` says whose total it is ("your " or "")."""
+    if not _fits(spent, cost, total):
+        raise BudgetExceeded(
+            f"this query needs {symbol} = {cost:g} but only "
+            f"{symbol} = {max(0.0, total - spent):g} of {whose}{total:g} remains; "
+            "nothing was charged"
+        )
 
 
 def _fits(spent: float, cost: float, total: float) -> bool:

@@ -30,7 +30,6 @@ from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
     LOCK_TIMEOUT,
     MAX_QUERY_DELTA,
-    BudgetExceeded,
     Ledger,
     StoredAnswer,
     database_path,
@@ -147,6 +146,8 @@ class Session:
         max_query_delta: float | None = None,
         declared_files_only: bool = False,
         progress: bool | float = True,
+        analyst: str | None = None,
+        share_answers: bool = False,
     ) -> None:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyError("the default ε must be a finite number greater than 0")
@@ -160,7 +161,12 @@ class Session:
         self._owns_connection = owns_connection
         self._ledger_connection = ledger
         self._ledger = Ledger(
-            (ledger or connection).cursor(), budget, delta_budget, max_query_delta
+            (ledger or connection).cursor(),
+            budget,
+            delta_budget,
+            max_query_delta,
+            analyst=analyst,
+            share_answers=share_answers,
         )
         cap = self._ledger.max_query_delta
         if delta is None:
@@ -505,18 +511,9 @@ class Session:
         return engine.private(run)
 
     def _check_affordable(self, epsilon: float, delta: float) -> None:
-        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ)."""
-        if self._ledger.affordable(epsilon, delta):
-            return
-        if not self._ledger.affordable(epsilon):
-            raise BudgetExceeded(
-                f"this query needs ε = {epsilon:g} but only "
-                f"ε = {self._ledger.remaining:g} remains; nothing was charged"
-            )
-        raise BudgetExceeded(
-            f"this query needs δ = {delta:g} (partition selection) but only "
-            f"δ = {self._ledger.delta_remaining:g} remains; nothing was charged"
-        )
+        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ, of the
+        database's or the analyst's budget)."""
+        self._ledger.check_affordable(epsilon, delta)
 
     def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
         """The plan a stored answer was released under: its estimated bounds and caps."""
@@ -709,12 +706,15 @@ def connect(
     lock_timeout: float = LOCK_TIMEOUT,
     declared_files_only: bool = False,
     progress: bool | float = True,
+    analyst: str | None = None,
+    share_answers: bool = False,
 ) -> Session:
     """Open a privsql session on a DuckDB database (a path, ``":memory:"`` or a connection),
     or with ``engine="spark"`` on the tables, views and Parquet paths of a SparkSession.
 
-    ``budget`` is the database's total ε (fixed when its ledger is created; 1.0 if never
-    given); ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
+    ``budget`` is the database's total ε, needed to create a ledger in a file (an
+    in-memory one takes 1.0), afterwards changed only by the owner (``privsql budget``);
+    ``delta_budget`` its total δ (default 1e-5) and ``max_query_delta`` the largest
     δ one query may spend (default 1e-6, or the δ total if smaller), both also fixed at
     creation (a different value later is refused). ``epsilon`` and ``delta`` are the
     defaults of a query that names none; ``delta`` defaults to 1e-6 or the cap if smaller,
@@ -732,6 +732,10 @@ def connect(
     ``progress`` shows a progress bar (in a notebook, or on a terminal's standard error)
     for a query still running after a second (``True``), after that many seconds (a
     number), or never (``False``).
+    With ``analyst`` (a name added by ``privsql analysts``) every charge also spends from
+    that analyst's budget and is recorded under the name, and stored answers are only
+    this analyst's own (everyone's with ``share_answers``): ``privsql serve`` opens one
+    such session per analyst.
     """
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
@@ -745,6 +749,8 @@ def connect(
         "max_query_delta": max_query_delta,
         "declared_files_only": declared_files_only,
         "progress": progress,
+        "analyst": analyst,
+        "share_answers": share_answers,
     }
     if engine == "spark":
         if spark is None:

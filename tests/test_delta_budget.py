@@ -209,7 +209,7 @@ def test_delta_total_and_cap_survive_reopen_and_cannot_change(tmp_path):
 @pytest.mark.parametrize("column", ["delta_total", "delta_cap"])
 def test_tampering_with_the_delta_total_or_cap_is_detected(tmp_path, column):
     path = tmp_path / "tampered.duckdb"
-    with privsql.connect(path):
+    with privsql.connect(path, budget=1.0):
         pass
     con = duckdb.connect(str(path))
     con.execute(f"UPDATE __privsql.budget SET {column} = 0.9")

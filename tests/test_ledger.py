@@ -123,7 +123,7 @@ TAMPERING = {
     "charge relabelled": ["UPDATE __privsql.history SET query = 'nothing' WHERE seq = 2"],
     "charges reordered": ["UPDATE __privsql.history SET seq = 3 - seq"],
     "charge duplicated": [
-        "INSERT INTO __privsql.history SELECT 3, charged_at, query, epsilon, delta, mac "
+        "INSERT INTO __privsql.history SELECT 3, charged_at, query, epsilon, delta, mac, analyst "
         "FROM __privsql.history WHERE seq = 2"
     ],
     "private table made public": [
@@ -185,7 +185,7 @@ def test_a_new_database_under_an_old_key_is_refused_until_the_key_is_removed(dat
     with pytest.raises(LedgerCorrupted, match="delete the key file"):
         make_database(database)
     key.unlink()
-    with privsql.connect(database) as db:
+    with privsql.connect(database, budget=1.0) as db:
         assert db.budget.spent == 0
 
 

@@ -1,0 +1,258 @@
+"""Answers to clients' catalog queries (``pg_catalog``, ``information_schema``) from a
+schema mirror: an in-memory DuckDB database with an *empty* table of the same name and
+column types for each table and view of the served database.
+
+psql's ``\\dt`` and ``\\d t``, SQLAlchemy's and BI tools' introspection run against the
+mirror with DuckDB's own ``pg_catalog`` emulation, plus the few functions psql calls that
+DuckDB lacks. The mirror holds no rows and cannot read files, so whatever a client sends
+it, it can only ever show schemas: which tables exist and their columns' names and types,
+which are not private (privsql's declarations are public too).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from privsql.ledger import SCHEMA
+
+CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+
+_TYPE_NAMES = {
+    "int8": "bigint",
+    "int4": "integer",
+    "int2": "smallint",
+    "float8": "double precision",
+    "float4": "real",
+    "varchar": "character varying",
+    "bool": "boolean",
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+}
+"""DuckDB's ``format_type`` answers, as PostgreSQL spells them (clients map the latter)."""
+_MACROS = {
+    "pg_get_userbyid": "(oid) AS 'privsql'",
+    "pg_encoding_to_char": "(e) AS 'UTF8'",
+    "pg_get_indexdef": "(oid, c := 0, p := false) AS NULL",
+    "pg_get_expr": "(e, r, p := false) AS NULL",
+    "pg_get_serial_sequence": "(t, c) AS NULL",
+    "format_type": "(t_oid, t_mod) AS CASE pg_catalog.format_type(t_oid, t_mod) "
+    + " ".join(f"WHEN '{duck}' THEN '{pg}'" for duck, pg in _TYPE_NAMES.items())
+    + " ELSE pg_catalog.format_type(t_oid, t_mod) END",
+    "array_upper": "(a, d) AS len(a)",
+    "pg_get_statisticsobjdef_columns": "(oid) AS NULL",
+    "pg_get_partkeydef": "(oid) AS NULL",
+    "pg_get_triggerdef": "(oid, p := false) AS NULL",
+    "pg_relation_is_publishable": "(oid) AS false",
+    "pg_total_relation_size": "(oid) AS 0",
+    "pg_relation_size": "(oid) AS 0",
+    "version": "() AS 'PostgreSQL 15.0 (privsql)'",
+    "to_regtype": "(name) AS (SELECT oid FROM pg_catalog.pg_type WHERE typname = name LIMIT 1)",
+    "to_regclass": "(name) AS (SELECT oid FROM pg_catalog.pg_class WHERE relname = name LIMIT 1)",
+}
+"""PostgreSQL functions clients call on the catalog that DuckDB does not have, with
+answers that hold for the mirror (no indexes, triggers or partitions; one owner)."""
+
+
+_OPERATORS: dict[str, type[exp.Expression]] = {
+    "~": exp.RegexpLike,
+    "=": exp.EQ,
+    "<>": exp.NEQ,
+    "~~": exp.Like,
+}
+"""psql's ``OPERATOR(pg_catalog.op)`` spellings, as the plain operators."""
+_RENAMED = {"json_build_object": "json_object"}
+"""PostgreSQL functions that DuckDB has under another name."""
+_NAMED_OIDS = {"regclass": ("pg_class", "relname"), "regtype": ("pg_type", "typname")}
+"""Casts of a name to an oid type, and where the oid is looked up."""
+
+
+OVERRIDES_PREFIX = "privsql_catalog_"
+_OVERRIDES = {
+    # pg_class with the columns psql 15 reads that DuckDB's lacks
+    "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    "pg_collation": "SELECT *, NULL::BIGINT AS collnamespace FROM pg_catalog.pg_collation",
+    # relations DuckDB does not have, empty: the mirror has no such objects
+    "pg_policy": "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS polname, NULL::BIGINT AS "
+    "polrelid, NULL::VARCHAR AS polcmd, NULL::BOOLEAN AS polpermissive, NULL::BIGINT[] AS "
+    "polroles, NULL::VARCHAR AS polqual, NULL::VARCHAR AS polwithcheck WHERE false",
+    "pg_statistic_ext": "SELECT NULL::BIGINT AS oid, NULL::BIGINT AS stxrelid, NULL::VARCHAR "
+    "AS stxname, NULL::BIGINT AS stxnamespace, NULL::INTEGER AS stxstattarget, "
+    "NULL::VARCHAR[] AS stxkind, NULL::INTEGER[] AS stxkeys WHERE false",
+    "pg_publication": "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS pubname, NULL::BOOLEAN "
+    "AS puballtables WHERE false",
+    "pg_publication_rel": "SELECT NULL::BIGINT AS oid, NULL::BIGINT AS prpubid, NULL::BIGINT "
+    "AS prrelid, NULL::VARCHAR AS prqual, NULL::INTEGER[] AS prattrs WHERE false",
+    "pg_publication_namespace": "SELECT NULL::BIGINT AS oid, NULL::BIGINT AS pnpubid, "
+    "NULL::BIGINT AS pnnspid WHERE false",
+    "pg_inherits": "SELECT NULL::BIGINT AS inhrelid, NULL::BIGINT AS inhparent, "
+    "NULL::INTEGER AS inhseqno, NULL::BOOLEAN AS inhdetachpending WHERE false",
+    "pg_trigger": "SELECT NULL::BIGINT AS oid, NULL::BIGINT AS tgrelid, NULL::VARCHAR AS "
+    "tgname, NULL::BOOLEAN AS tgisinternal, NULL::VARCHAR AS tgenabled, NULL::BIGINT AS "
+    "tgparentid WHERE false",
+    "pg_rewrite": "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS rulename, NULL::BIGINT AS "
+    "ev_class WHERE false",
+    "pg_foreign_table": "SELECT NULL::BIGINT AS ftrelid, NULL::BIGINT AS ftserver, "
+    "NULL::VARCHAR[] AS ftoptions WHERE false",
+    "pg_partitioned_table": "SELECT NULL::BIGINT AS partrelid WHERE false",
+    "pg_roles": "SELECT 1::BIGINT AS oid, 'privsql' AS rolname, false AS rolsuper",
+    "pg_user": "SELECT 1::BIGINT AS usesysid, 'privsql' AS usename, false AS usesuper",
+}
+"""Catalog relations clients read that DuckDB's ``pg_catalog`` lacks or lacks columns of:
+table macros of the mirror (``OVERRIDES_PREFIX`` + name, so no client sees them listed
+as tables), which catalog queries are pointed to."""
+
+
+class SchemaMirror:
+    """The served database's schema, without its data, for catalog queries."""
+
+    def __init__(self, source: duckdb.DuckDBPyConnection, name: str) -> None:
+        columns = source.execute(
+            "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name <> ? "
+            "AND NOT internal ORDER BY schema_name, table_name, column_index",
+            [SCHEMA],
+        ).fetchall()
+        tables: dict[tuple[str, str], list[str]] = {}
+        for schema, table, column, data_type in columns:
+            tables.setdefault((schema, table), []).append(f"{_quote(column)} {data_type}")
+        self._con = duckdb.connect(":memory:")
+        self._name = _quote(name)
+        self._con.execute(f"ATTACH ':memory:' AS {self._name}")
+        self._con.execute(f"USE {self._name}")
+        for (schema, table), definitions in tables.items():
+            self._con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+            self._con.execute(
+                f"CREATE TABLE {_quote(schema)}.{_quote(table)} ({', '.join(definitions)})"
+            )
+        for view, definition in _OVERRIDES.items():
+            self._con.execute(f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}")
+        for macro, definition in _MACROS.items():
+            self._con.execute(f"CREATE OR REPLACE MACRO main.{macro}{definition}")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def query(self, statement: exp.Expression) -> pa.Table:
+        """Run a catalog query (parsed as PostgreSQL) on the mirror."""
+        duckdb_sql = _for_duckdb(statement).sql(dialect="duckdb")
+        cursor = self._con.cursor()
+        try:
+            cursor.execute(f"USE {self._name}")  # a cursor starts in the default database
+            return cursor.sql(duckdb_sql).to_arrow_table()
+        finally:
+            cursor.close()
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def is_catalog_query(statement: exp.Expression) -> bool:
+    """Whether a parsed statement is a SELECT that reads only catalog relations (or none):
+    one the mirror answers. Anything naming a table of the database, or reading from a
+    function, goes to privsql's analysis instead."""
+    if not isinstance(statement, exp.Query):
+        return False
+    ctes = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
+    for table in statement.find_all(exp.Table):
+        name, schema = table.name.lower(), table.db.lower()
+        if not isinstance(table.this, exp.Identifier):
+            # a table function: psql's generate_series is the catalog's, read_parquet not
+            if schema == "pg_catalog" or isinstance(table.this, exp.GenerateSeries):
+                continue
+            return False
+        if schema in CATALOG_SCHEMAS or (not schema and name.startswith("pg_")):
+            continue
+        if not schema and name in ctes:
+            continue
+        return False
+    return True
+
+
+def _for_duckdb(statement: exp.Expression) -> exp.Expression:
+    """A PostgreSQL catalog query as the mirror's DuckDB can run it: ``pg_catalog.f(x)`` as
+    ``f(x)`` (DuckDB finds its own and the mirror's macros unqualified), relations DuckDB
+    lacks (or lacks columns of) as the mirror's table macros, ``OPERATOR(pg_catalog.~)``
+    as the plain operator, casts to ``pg_catalog`` types as DuckDB's, ``'t'::regclass`` as
+    a look-up of the oid, ``json_build_object`` as ``json_object``; collations
+    (``COLLATE pg_catalog.default``) are dropped."""
+
+    def strip(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Cast):
+            name = _catalog_type(node.to)
+            if name in _NAMED_OIDS and isinstance(node.this, exp.Literal):
+                relation, column = _NAMED_OIDS[name]  # 'flights'::regclass: look it up
+                return exp.paren(
+                    exp.select("oid")
+                    .from_(exp.table_(relation, db="pg_catalog"))
+                    .where(exp.column(column).eq(node.this))
+                    .limit(1)
+                )
+            if name is not None and name.startswith("reg"):
+                return node.this  # c.oid::regclass: the mirror's oids as they are
+            return node
+        if isinstance(node, exp.DataType) and (name := _catalog_type(node)) is not None:
+            return exp.DataType.build(name, dialect="postgres")  # pg_catalog.int2
+        if isinstance(node, exp.Table) and node.db.lower() in ("", "pg_catalog"):
+            if not isinstance(node.this, exp.Identifier):  # pg_catalog.generate_series(...)
+                node.set("db", None)
+            elif node.name.lower() in _OVERRIDES:
+                # columns may say pg_class.relname: the table macro keeps the name as alias
+                alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+                function = exp.Anonymous(this=OVERRIDES_PREFIX + node.name.lower())
+                return exp.Table(this=function, alias=alias)
+            return node
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _RENAMED:
+            return exp.Anonymous(this=_RENAMED[node.name.lower()], expressions=node.expressions)
+        if isinstance(node, exp.Column) and node.args.get("db"):  # pg_catalog.pg_class.oid
+            node.set("db", None)
+            return node
+        if isinstance(node, exp.Operator):
+            operator = str(node.args.get("operator", "")).removeprefix("pg_catalog.")
+            if operator in _OPERATORS:
+                return _OPERATORS[operator](this=node.this, expression=node.expression)
+        if (
+            isinstance(node, exp.Dot)
+            and isinstance(node.this, exp.Identifier | exp.Column)
+            and node.this.name.lower() == "pg_catalog"
+            and isinstance(node.expression, exp.Func)
+        ):
+            return node.expression
+        return node
+
+    def uncollated(node: exp.Expression) -> exp.Expression:
+        return node.this if isinstance(node, exp.Collate) else node
+
+    # A replaced node's children are not visited again: transform until nothing changes.
+    before, after = None, statement.copy().transform(uncollated)
+    while before != after:
+        before, after = after, after.transform(strip)
+    return after
+
+
+def _catalog_type(data_type: exp.DataType) -> str | None:
+    """``t`` for a cast to ``pg_catalog.t`` or to a type sqlglot does not know (``regclass``);
+    None for the types DuckDB knows."""
+    if data_type.this != exp.DataType.Type.USERDEFINED:
+        name = data_type.sql(dialect="postgres").lower()
+        return name if name.startswith("reg") else None
+    kind = data_type.args.get("kind")
+    if isinstance(kind, exp.Dot):
+        return kind.expression.name.lower()
+    return (kind.name if isinstance(kind, exp.Expression) else str(kind or "")).lower() or None
+
+
+def parse_postgres(sql: str) -> exp.Expression | None:
+    """``sql`` parsed as one PostgreSQL statement, or None if sqlglot cannot."""
+    try:
+        statements = sqlglot.parse(sql, dialect="postgres")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if len(statements) != 1 or statements[0] is None:
+        return None
+    return statements[0]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,256 @@
+"""Hostile clients: wrong passwords, statements before authentication, a client gone
+mid-query, oversized and malformed messages, a thousand connections opened and dropped,
+SQL aimed at the catalog path. The server keeps serving, answers nothing it should not,
+and charges every answer it computed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import duckdb
+import pytest
+import sqlglot
+
+import privsql.server
+from privsql.server import wire
+from privsql.server.catalog import SchemaMirror, parse_postgres
+from tests.serve_support import (
+    ANALYSTS,
+    RawClient,
+    by_origin,
+    dsn,
+    error_code,
+    ledger_of,
+    make_database,
+)
+
+psycopg = pytest.importorskip("psycopg")
+
+DATA_MESSAGES = {b"T", b"D"}
+"""RowDescription and DataRow: what a refused client must never receive."""
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_database(tmp_path_factory.mktemp("hostile") / "flights.duckdb")
+
+
+@pytest.fixture(scope="module")
+def server(database: Path):
+    running = privsql.server.start(database)
+    yield running
+    running.stop()
+
+
+def still_serving(server) -> None:
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        assert con.execute("SELECT COUNT(*) FROM airlines").fetchall() == [(16,)]
+
+
+def consistent_ledger(database: Path) -> dict[str, float]:
+    """Each analyst's spent, after checking it is the sum of their charges."""
+    ledger, con = ledger_of(database)
+    try:
+        history = ledger.history
+        spent = {a.name: a.spent for a in ledger.analysts()}
+        assert ledger.spent == pytest.approx(sum(c.epsilon for c in history))
+    finally:
+        ledger.close()
+        con.close()
+    for name, value in spent.items():
+        assert value == pytest.approx(sum(c.epsilon for c in history if c.analyst == name))
+    return spent
+
+
+@pytest.mark.parametrize("user", ["alice", "mallory"])
+def test_wrong_passwords_and_unknown_analysts_are_refused_alike(server, database, user):
+    before = consistent_ledger(database)
+    for _ in range(5):
+        with pytest.raises(psycopg.OperationalError) as refused:
+            psycopg.connect(dsn(server.host, server.port, user, password="wrong"))
+        assert f'password authentication failed for user "{user}"' in str(refused.value)
+    client = RawClient(server.host, server.port)
+    messages = client.login(user, "wrong")
+    client.close()
+    assert [error_code(m) for m in messages] == ["28P01"]
+    assert consistent_ledger(database) == before
+    still_serving(server)
+
+
+def test_a_password_of_another_analyst_does_not_open_this_one(server):
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(dsn(server.host, server.port, "alice", password=ANALYSTS["bob"]))
+
+
+@pytest.mark.parametrize("when", ["instead of the password", "instead of the start-up"])
+def test_statements_before_authentication_end_the_connection(server, when):
+    client = RawClient(server.host, server.port)
+    if when == "instead of the password":
+        client.startup("alice")
+        kind, _ = client.receive() or (b"", b"")
+        assert kind == b"R"  # asked for SCRAM
+    client.send(b"Q", by_origin(1).encode() + b"\x00")
+    messages = []
+    while (message := client.receive()) is not None:
+        messages.append(message)
+    client.close()
+    assert [error_code(m) for m in messages] == ["08P01"]
+    still_serving(server)
+
+
+def test_a_client_gone_mid_query_is_charged_for_what_was_computed(server, database):
+    for epsilon in (0.011, 0.012, 0.013):
+        client = RawClient(server.host, server.port)
+        assert client.login("bob", ANALYSTS["bob"])[-1][0] == b"Z"
+        client.send(b"Q", by_origin(epsilon).encode() + b"\x00")
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset, before the answer
+    time.sleep(1.0)
+    still_serving(server)
+    consistent_ledger(database)
+
+
+def test_oversized_messages_are_refused_unread(server):
+    client = RawClient(server.host, server.port)
+    assert client.login("alice", ANALYSTS["alice"])[-1][0] == b"Z"
+    client.sock.sendall(b"Q" + struct.pack("!I", 0x7FFFFFFF))  # 2 GiB announced, none sent
+    messages = []
+    while (message := client.receive()) is not None:
+        messages.append(message)
+    client.close()
+    assert [error_code(m) for m in messages] == ["54000"]
+
+    client = RawClient(server.host, server.port)
+    client.sock.sendall(struct.pack("!I", 100_000_000) + struct.pack("!I", 196608))
+    assert [error_code(m) for m in [client.receive()]] == ["08P01"]
+    assert client.receive() is None
+    client.close()
+    still_serving(server)
+
+
+def test_malformed_messages_after_authentication_are_errors_not_crashes(server):
+    client = RawClient(server.host, server.port)
+    assert client.login("alice", ANALYSTS["alice"])[-1][0] == b"Z"
+    client.send(b"B", b"portal\x00no such statement\x00\x00\x00\x00\x00\x00\x00")
+    client.send(b"S", b"")
+    messages = client.until_ready()
+    assert [error_code(m) for m in messages[:1]] == ["08P01"]
+    assert messages[-1][0] == b"Z"
+    messages = client.query("SELECT COUNT(*) AS n FROM airlines")
+    assert [m[0] for m in messages] == [b"T", b"D", b"N", b"C", b"Z"]  # carries on
+    client.close()
+
+
+def test_a_thousand_connections_opened_and_dropped(server, database):
+    before = consistent_ledger(database)
+    threads_before = threading.active_count()
+
+    def open_and_drop(i: int) -> None:
+        sock = socket.create_connection((server.host, server.port), timeout=30)
+        if i % 3 == 1:
+            sock.sendall(struct.pack("!I", 40))  # half a start-up packet
+        elif i % 3 == 2:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+    with ThreadPoolExecutor(32) as pool:  # 32 at a time (one by one takes minutes here)
+        list(pool.map(open_and_drop, range(1000)))
+    deadline = time.monotonic() + 60
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert threading.active_count() <= threads_before  # every handler thread ended
+    connections = [
+        psycopg.connect(dsn(server.host, server.port, name), autocommit=True)
+        for name in ANALYSTS
+        for _ in range(10)
+    ]
+    for con in connections:
+        assert con.execute("SELECT COUNT(*) FROM airlines").fetchall() == [(16,)]
+        con.close()
+    assert consistent_ledger(database) == before
+
+
+def test_a_silent_client_is_dropped_after_the_start_up_deadline(server, monkeypatch):
+    monkeypatch.setattr(wire, "STARTUP_TIMEOUT", 0.5)
+    client = RawClient(server.host, server.port)
+    started = time.monotonic()
+    assert client.receive() is None  # closed by the server, not by our 10 s timeout
+    assert time.monotonic() - started < 5
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM pg_catalog.pg_class c, flights",
+        "SELECT * FROM pg_catalog.pg_class WHERE relname IN (SELECT tailnum FROM flights)",
+        "SELECT * FROM pg_catalog.pg_class, read_csv('/etc/passwd')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM __privsql.budget",
+    ],
+)
+def test_sql_aimed_at_the_catalog_path_reads_no_data(server, sql):
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute(sql)
+    assert refused.value.sqlstate is not None
+    assert "root:" not in str(refused.value)
+
+
+def test_the_schema_mirror_holds_no_rows_and_reads_no_files(tmp_path: Path):
+    source = duckdb.connect(str(make_database(tmp_path / "flights.duckdb")))
+    mirror = SchemaMirror(source, "flights")
+    try:
+        for table in ("flights", "airlines"):
+            statement = parse_postgres(f"SELECT COUNT(*) AS n FROM {table}")
+            assert statement is not None
+            assert mirror.query(statement).to_pylist() == [{"n": 0}]
+        for hostile in [
+            "SELECT * FROM read_text('/etc/hostname')",
+            "SELECT * FROM read_csv('/etc/passwd')",
+            f"ATTACH '{tmp_path / 'flights.duckdb'}' AS stolen",
+        ]:
+            with pytest.raises(duckdb.Error):
+                mirror.query(sqlglot.parse_one(hostile, read="duckdb"))
+    finally:
+        mirror.close()
+        source.close()
+
+
+def test_describing_a_prepared_statement_runs_nothing(server, database):
+    before = consistent_ledger(database)
+    client = RawClient(server.host, server.port)
+    assert client.login("alice", ANALYSTS["alice"])[-1][0] == b"Z"
+    sql = by_origin(0.0123).replace("GROUP BY", "AND $1 > 0 GROUP BY").encode()
+    client.send(b"P", b"s1\x00" + sql + b"\x00" + struct.pack("!hi", 1, 23))
+    client.send(b"D", b"Ss1\x00")
+    client.send(b"S", b"")
+    messages = client.until_ready()
+    client.close()
+    assert [kind for kind, _ in messages] == [b"1", b"t", b"n", b"Z"]
+    assert consistent_ledger(database) == before
+
+
+def test_an_unknown_name_shows_a_salt_as_steady_as_an_analysts(server):
+    def salt(user: str) -> str:
+        client = RawClient(server.host, server.port)
+        client.startup(user)
+        assert (client.receive() or (b"", b""))[0] == b"R"
+        first = b"n,,n=,r=" + os.urandom(12).hex().encode()
+        client.send(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first)
+        kind, body = client.receive() or (b"", b"")
+        client.close()
+        assert kind == b"R" and struct.unpack("!i", body[:4])[0] == 11
+        fields = dict(f.split("=", 1) for f in body[4:].decode().split(","))
+        assert fields["i"] == "4096"
+        return fields["s"]
+
+    assert salt("alice") == salt("alice")
+    assert salt("mallory") == salt("mallory")  # as steady as a real analyst's
+    assert salt("mallory") != salt("eve") != salt("alice")
