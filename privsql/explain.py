@@ -29,7 +29,6 @@ from rewriter.errors import InvalidOption
 from rewriter.generate import Functions, bounds_sql, generate, support_name, threshold_sql
 from rewriter.plan import (
     BUCKETS,
-    CANDIDATES,
     MAGNITUDES,
     WEIGHT_BITS,
     BoundsSearch,
@@ -426,7 +425,7 @@ def _sql(query_plan: Plan, estimating: BoundsSearch | None, functions: Functions
         )
     if query_plan.search is None:
         return generate(query_plan, functions)
-    summary = threshold_sql(query_plan, CANDIDATES)
+    summary = threshold_sql(query_plan)
     fixed = query_plan.with_cap(PLACEHOLDER_CAP)
     release = generate(fixed, functions)
     for m in fixed.measurements:
