@@ -36,7 +36,14 @@ from privsql.ledger import (
 from privsql.result import Result
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
-from rewriter.compiler import Compiled, Decided, Search, compile_query, threshold_search
+from rewriter.compiler import (
+    Compiled,
+    Decided,
+    Search,
+    compile_all,
+    compile_query,
+    threshold_search,
+)
 from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import fingerprint_sql
@@ -395,14 +402,9 @@ class Session:
         """
         engine, secret = self._engine, self._ledger.secret
 
-        def compiled(decided: Decided | None) -> Compiled:
-            return compile_query(
-                analysis,
-                epsilon=self.epsilon,
-                delta=self.delta,
-                functions=FUNCTIONS,
-                decided=decided,
-            )
+        def searched(search: Search, decided: Decided) -> Decided:
+            summary = search.summary(engine.rows(search.statement, secret))
+            return self._decide(search, summary, decided)
 
         def run() -> _Released:
             data = repr(
@@ -416,13 +418,22 @@ class Session:
             stored = self._ledger.answer(key, data)
             if stored is not None:
                 decided = Decided.from_json(stored.schema.metadata[DECIDED_KEY])
-                return _Released(data, stored, compiled(decided), fresh=False)
+                step = compile_query(
+                    analysis,
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    functions=FUNCTIONS,
+                    decided=decided,
+                )
+                return _Released(data, stored, step, fresh=False)
             self._check_affordable(analysis.options.epsilon or self.epsilon, delta)
-            step = compiled(None)
-            while step.search is not None:
-                search = step.search
-                summary = search.summary(engine.rows(search.statement, secret))
-                step = compiled(self._decide(search, summary, step.decided))
+            step, _ = compile_all(
+                analysis,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                functions=FUNCTIONS,
+                decide=searched,
+            )
             assert step.stages is not None
             table = engine.release(step.stages, secret)
             metadata = {DECIDED_KEY: step.decided.as_json()}

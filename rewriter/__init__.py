@@ -12,7 +12,7 @@ statement to decide from, or the release.
 
 from rewriter.analyze import Analysis, PublicQuery, analyze, parse
 from rewriter.catalog import Catalog, Protection
-from rewriter.compiler import Compiled, Decided, Search, compile_query
+from rewriter.compiler import Compiled, Decided, Search, compile_all, compile_query
 from rewriter.dialect import PrivSQL, to_sql
 from rewriter.generate import Functions, generate
 from rewriter.plan import Plan, plan
@@ -29,6 +29,7 @@ __all__ = [
     "PublicQuery",
     "Search",
     "analyze",
+    "compile_all",
     "compile_query",
     "generate",
     "parse",

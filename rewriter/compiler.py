@@ -147,3 +147,31 @@ def compile_query(
         query_plan = query_plan.with_caps(dict(decided.caps))
     decided = replace(decided, groups=query_plan.bounding.groups, caps=query_plan.caps)
     return Compiled(analysis, decided, query_plan, None, stages(query_plan, functions))
+
+
+def compile_all(
+    analysis: Analysis,
+    *,
+    epsilon: float,
+    delta: float,
+    functions: Functions,
+    decide: Callable[[Search, Decided], Decided],
+    decided: Decided | None = None,
+) -> tuple[Compiled, tuple[Search, ...]]:
+    """``compile_query`` until nothing is left to decide, each search's decision made by
+    ``decide`` (the session: run the search and decide with noise; ``explain``: assume
+    placeholders): the release, and every search on the way, in the order they run."""
+    searches: list[Search] = []
+    step = compile_query(
+        analysis, epsilon=epsilon, delta=delta, functions=functions, decided=decided
+    )
+    while step.search is not None:
+        searches.append(step.search)
+        step = compile_query(
+            analysis,
+            epsilon=epsilon,
+            delta=delta,
+            functions=functions,
+            decided=decide(step.search, step.decided),
+        )
+    return step, tuple(searches)

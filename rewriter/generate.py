@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from rewriter.analyze import AggregateKind, Analysis
+from rewriter.aggregates import SPECS, Form
+from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
 from rewriter.relations import PRIVATE_BODY
@@ -756,7 +757,7 @@ def _support_columns(plan: Plan) -> list[exp.Expr]:
 def _support(statistic: Statistic, parts: list[Measurement]) -> list[tuple[str, exp.Expr]]:
     """An AVG's noisy count ``n`` (in rows, whatever the weighting); a spread's sums ``s1``,
     ``s2`` and count ``n``; a quantile's interval ``lower`` and ``upper``."""
-    if statistic.aggregate.kind == AggregateKind.AVG:
+    if SPECS[statistic.aggregate.kind].form == Form.MEAN:
         return [("n", scaled(parts[1]))]
     if statistic.spread is not None:
         return [(role, scaled(m)) for role, m in zip(("s1", "s2", "n"), parts, strict=True)]

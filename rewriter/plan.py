@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from rewriter.analyze import Aggregate, AggregateKind, Analysis
+from rewriter.aggregates import SPECS, Form
+from rewriter.analyze import Aggregate, Analysis
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.options import AUTO
 
@@ -363,7 +364,7 @@ def plan(
         # Weighted averaging keeps every row, has the same sensitivity as sample limiting
         # with k = h and no sampling variance (EMMMR20 Thm 3), and needs no ranking.
         strategy = "WEIGHTS"
-    if strategy == "CLIP" and any(a.kind not in CLIPPABLE for a in analysis.aggregates):
+    if strategy == "CLIP" and any(not SPECS[a.kind].clippable for a in analysis.aggregates):
         raise UnsupportedQuery("BOUND CLIP bounds means (RT24): use it with AVG and COUNT")
     search_epsilon = total_epsilon * AUTO_SHARE if automatic else 0.0
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
@@ -447,23 +448,11 @@ def _public_groups(analysis: Analysis) -> int:
     return math.prod(sizes) if sizes and all(sizes) else 1
 
 
-CLIPPABLE = (
-    AggregateKind.AVG,
-    AggregateKind.COUNT_ROWS,
-    AggregateKind.COUNT_VALUES,
-    AggregateKind.COUNT_UNITS,
-)
-"""What RT24's per-unit clipping bounds: means, and counts under its row cap."""
-
 WEIGHTED = ("count", "sum", "centred", "squares", "histogram")
 """Measurements whose per-cell values BOUND WEIGHTS scales on the 2**-W weight grid."""
 
-COUNTED = {
-    AggregateKind.COUNT_ROWS: ("rows", False),
-    AggregateKind.COUNT_UNITS: ("units", False),
-    AggregateKind.COUNT_VALUES: ("count", True),
-}
-"""Counts: which measurement each is, and whether it sums a per-row indicator."""
+COUNTED = {Form.ROWS: ("rows", False), Form.UNITS: ("units", False), Form.PRESENT: ("count", True)}
+"""Counts, by form: which measurement each is, and whether it sums a per-row indicator."""
 
 
 class _Builder:
@@ -485,15 +474,15 @@ class _Builder:
         return measurement
 
     def statistic(self, aggregate: Aggregate, epsilon: float) -> Statistic:
-        kind = aggregate.kind
-        if kind in COUNTED:
-            measured, per_row = COUNTED[kind]
+        form = SPECS[aggregate.kind].form
+        if form in COUNTED:
+            measured, per_row = COUNTED[form]
             value = _present(aggregate.argument) if per_row else None
             m = self.measure(measured, value, 1, epsilon)
             expression = _integer(m) if m.weight_bits == 0 else scaled(m)
             return Statistic(aggregate, expression, (m.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
-        if kind == AggregateKind.QUANTILE:
+        if form == Form.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
@@ -503,11 +492,11 @@ class _Builder:
                 this=exp.column(m.name), expression=exp.Literal.string("value")
             )
             return Statistic(aggregate, value, (m.name,))
-        if kind in SPREAD_KINDS:
+        if form == Form.SPREAD:
             return self.spread(aggregate, epsilon)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
-        if kind == AggregateKind.SUM:
+        if form == Form.SUM:
             m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
             return Statistic(aggregate, scaled(m), (m.name,), grid)
         centred = _centred(gridded, grid)
@@ -541,20 +530,12 @@ class _Builder:
         form = Spread(
             offset=spread * spread * square.step,
             largest=((grid.high - grid.low) * grid.step) ** 2 / 4,
-            sample=aggregate.kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP),
-            root=aggregate.kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP),
+            sample=SPECS[aggregate.kind].sample,
+            root=SPECS[aggregate.kind].root,
         )
         expression = _spread(total, square, count, form)
         names = (total.name, square.name, count.name)
         return Statistic(aggregate, expression, names, grid, form)
-
-
-SPREAD_KINDS = (
-    AggregateKind.VAR_SAMP,
-    AggregateKind.VAR_POP,
-    AggregateKind.STDDEV_SAMP,
-    AggregateKind.STDDEV_POP,
-)
 
 
 def _type(kind: exp.DType) -> exp.DataType:
