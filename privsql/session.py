@@ -233,13 +233,14 @@ class Session:
 
         Safe to call from several threads: they take turns on the session's connection.
         """
-        analysis = analyze(query, self._catalog(), keys)
+        catalog = self._catalog()
+        analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)
-        released = self._execute(analysis, key, delta)
+        released = self._execute(analysis, catalog, key, delta)
         query_plan, parts = released.compiled.plan, released.compiled.stages
         assert query_plan is not None and parts is not None
         if released.fresh:
@@ -389,7 +390,9 @@ class Session:
         except duckdb.Error:
             raise InvalidOption("the key list does not cast to its key's type") from None
 
-    def _execute(self, analysis: Analysis, key: str, delta: float) -> _Released:
+    def _execute(
+        self, analysis: Analysis, catalog: Catalog, key: str, delta: float
+    ) -> _Released:
         """The query's released values, in one snapshot of the data: the stored answer when
         this query was answered on these data before (looked up before anything else runs),
         else — if the budget allows — a fresh release and the compilation it was made under.
@@ -410,7 +413,7 @@ class Session:
             data = repr(
                 engine.row(
                     fingerprint_sql(
-                        analysis.select, analysis.sources, self._columns, analysis.unit
+                        analysis.select, analysis.sources, catalog.columns, analysis.unit
                     ),
                     secret,
                 )
