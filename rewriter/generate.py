@@ -39,6 +39,7 @@ from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
 from rewriter.relations import PRIVATE_BODY
+from rewriter.strategies import STRATEGIES
 
 SECRET = "$privsql_secret"
 """The statement's parameter carrying the database's hashing secret."""
@@ -558,7 +559,7 @@ def _cuts(plan: Plan, layout: _Layout, m: Measurement, bucket: str) -> str:
         )
     joined = f"FROM __source AS r JOIN ({trimmed}) AS c ON {_same_cell(keys, 'r', 'c')}"
     by = _list([*keys, bucket])
-    if plan.bounding.strategy == "WEIGHTS":
+    if not STRATEGIES[plan.bounding.strategy].rereads_rows:  # weights: a share of each row
         full = 1 << m.weight_bits
         return (
             f"SELECT {_list([*keys, bucket], 'r.')}, sum(CASE WHEN c.__chosen THEN "

@@ -22,6 +22,8 @@ from rewriter.aggregates import SPECS, Form
 from rewriter.analyze import Aggregate, Analysis
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.options import AUTO
+from rewriter.strategies import STRATEGIES
+from rewriter.strategies import WEIGHT_BITS as WEIGHT_BITS  # for callers of plan
 
 GRID_BITS = 40
 """Clamped values are stored as integers of at most 2**GRID_BITS grid steps."""
@@ -67,9 +69,6 @@ class Grid:
         return max(abs(self.low), abs(self.high))
 
 
-WEIGHT_BITS = 20
-"""BOUND WEIGHTS: weights min(1, h/s) are applied on a grid of 2**-WEIGHT_BITS."""
-
 AUTO_SHARE = 0.15
 """The share of a query's ε spent choosing an AUTO threshold."""
 
@@ -90,8 +89,6 @@ MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
 
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
 """AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
-
-STRATEGIES = ("ROWS", "WEIGHTS", "CLIP")
 
 
 @dataclass(frozen=True)
@@ -264,7 +261,7 @@ class Plan:
     @property
     def needs_rows(self) -> bool:
         """Whether bounding must read rows again (some measurement sums row values)."""
-        return self.bounding.strategy != "WEIGHTS" and any(
+        return STRATEGIES[self.bounding.strategy].rereads_rows and any(
             m.value is not None for m in self.measurements
         )
 
@@ -313,7 +310,7 @@ class Plan:
 
     def with_caps(self, caps: dict[str, int]) -> Plan:
         """This plan once its AUTO thresholds are chosen, one per rule."""
-        if self.bounding.strategy != "WEIGHTS":
+        if not STRATEGIES[self.bounding.strategy].per_rule_caps:
             return self.with_cap(caps["rank"])
         bounding = replace(self.bounding, caps=tuple(sorted(caps.items())))
         return replace(self, bounding=bounding, search=None)
@@ -359,12 +356,14 @@ def plan(
     else:
         groups = decided_groups or 1
     strategy = options.strategy or "AUTO"
-    automatic = strategy == "AUTO" or options.threshold == AUTO or strategy == "CLIP"
+    automatic = strategy == "AUTO" or options.threshold == AUTO
     if strategy == "AUTO":
         # Weighted averaging keeps every row, has the same sensitivity as sample limiting
         # with k = h and no sampling variance (EMMMR20 Thm 3), and needs no ranking.
         strategy = "WEIGHTS"
-    if strategy == "CLIP" and any(not SPECS[a.kind].clippable for a in analysis.aggregates):
+    bounding = STRATEGIES[strategy]
+    automatic = automatic or bounding.always_automatic
+    if bounding.only_clippable and any(not SPECS[a.kind].clippable for a in analysis.aggregates):
         raise UnsupportedQuery("BOUND CLIP bounds means (RT24): use it with AVG and COUNT")
     search_epsilon = total_epsilon * AUTO_SHARE if automatic else 0.0
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
@@ -379,14 +378,14 @@ def plan(
     # bias² plus EMMMR20's v(h) (the error of a weighted mean) and counts, sums and
     # quantiles the cap that balances their bias and noise (AKMV19); sample limiting and
     # clipping share one.
-    mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
-    builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
+    mean_rule = "variance" if bounding.per_rule_caps and automatic else "rank"
+    builder = _Builder(bounding.weight_bits, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
     search = None
     if automatic:
         rules = tuple(sorted({m.rule for m in builder.measurements if m.kind != "units"}))
         released = _public_groups(analysis)
-        rank = math.ceil((2 if strategy == "CLIP" else 1) * groups * released / share)
+        rank = math.ceil(bounding.rank_factor * groups * released / share)
         half_range = max(
             (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
         )

@@ -1,6 +1,7 @@
-"""The aggregate specs (``rewriter/aggregates.py``) are what the planner follows: each
-written aggregate is classified as its spec's kind, measured as its form says, and BOUND
-CLIP accepts exactly the clippable ones."""
+"""The aggregate and strategy specs (``rewriter/aggregates.py``, ``rewriter/strategies.py``)
+are what the planner follows: each written aggregate is classified as its spec's kind,
+measured as its form says, BOUND CLIP accepts exactly the clippable ones, and a plan
+bounds as its strategy's spec says."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import privsql
 from rewriter.aggregates import SPECS, AggregateKind, Form
 from rewriter.analyze import analyze
 from rewriter.errors import UnsupportedQuery
-from rewriter.plan import plan
+from rewriter.generate import BOUNDING
+from rewriter.plan import WEIGHTED, plan
+from rewriter.strategies import STRATEGIES
 
 WRITTEN = {
     AggregateKind.COUNT_ROWS: "COUNT(*)",
@@ -73,3 +76,23 @@ def test_bound_clip_accepts_exactly_the_clippable_aggregates(db, kind):
     else:
         with pytest.raises(UnsupportedQuery, match="CLIP"):
             plan(analysis, epsilon=1.0, delta=1e-6)
+
+
+def test_every_strategy_has_its_bounding_stage():
+    assert set(BOUNDING) == set(STRATEGIES)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_plan_follows_its_strategys_spec(db, name):
+    spec = STRATEGIES[name]
+    threshold = "" if spec.always_automatic else " 3"
+    query = (
+        f"SELECT AVG(v CLAMPED BETWEEN 0 AND 10), COUNT(*) FROM t PRIVACY_UNIT uid "
+        f"BOUND {name}{threshold} EPSILON 1"
+    )
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    assert query_plan.bounding.strategy == name
+    assert (query_plan.search is not None) == spec.always_automatic
+    assert query_plan.needs_rows == spec.rereads_rows
+    weighted = {m.weight_bits for m in query_plan.measurements if m.kind in WEIGHTED}
+    assert weighted == {spec.weight_bits}
