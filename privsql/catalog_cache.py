@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import duckdb
 from sqlglot import exp
@@ -28,6 +28,7 @@ from sqlglot import exp
 from privsql.engines import Engine
 from privsql.ledger import Ledger, database_path
 from rewriter.catalog import FILE, Catalog, identity
+from rewriter.errors import InvalidOption
 
 PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
 """A table or view named by (at most three) identifiers: its columns are the catalogue's."""
@@ -50,7 +51,6 @@ class CatalogCache:
         *,
         aggregates: frozenset[str],
         database: str,
-        evaluate: Callable[[str], list[tuple]],
         declared_files_only: bool,
     ) -> None:
         self._engine = engine
@@ -63,7 +63,7 @@ class CatalogCache:
             aggregates=aggregates,
             database=database,
             types=engine.types,
-            evaluate=evaluate,
+            evaluate=partial(_evaluate, connection),  # no reference back to the cache
             declared_files_only=declared_files_only,
         )
         self._unreadable = ledger.files | _files_of(connection)  # paths: fixed for a session
@@ -126,6 +126,14 @@ class CatalogCache:
                 listed = []
             found |= {file_identity(file) for (file,) in listed} or {file_identity(path)}
         return frozenset(found)
+
+
+def _evaluate(connection: duckdb.DuckDBPyConnection, statement: str) -> list[tuple]:
+    """A statement over constants only (it names no source): a key list's casts."""
+    try:
+        return connection.execute(statement).fetchall()
+    except duckdb.Error:
+        raise InvalidOption("the key list does not cast to its key's type") from None
 
 
 def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:

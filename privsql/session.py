@@ -185,7 +185,6 @@ class Session:
             self._con,
             aggregates=aggregates,
             database=self._database,
-            evaluate=self._evaluate,
             declared_files_only=declared_files_only,
         )
         self._max_query_delta = cap  # fixed when the ledger was created
@@ -382,13 +381,6 @@ class Session:
 
     def _catalog(self) -> Catalog:
         return self._catalogs.current()
-
-    def _evaluate(self, statement: str) -> list[tuple]:
-        """A statement over constants only (it names no source): a key list's casts."""
-        try:
-            return self._con.execute(statement).fetchall()
-        except duckdb.Error:
-            raise InvalidOption("the key list does not cast to its key's type") from None
 
     def _execute(
         self, analysis: Analysis, catalog: Catalog, key: str, delta: float

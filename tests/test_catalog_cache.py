@@ -4,6 +4,9 @@ and columns (DDL on the owner's own connection)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import duckdb
 import pytest
 
@@ -103,3 +106,19 @@ def test_the_engine_lists_an_unchanged_catalogue_as_the_same_object(con):
     assert db._engine.tables() is first
     con.execute("ALTER TABLE t RENAME other TO renamed")
     assert db._engine.tables() is not first
+
+
+def test_a_session_is_freed_without_the_garbage_collector(con):
+    """No reference cycle through the cache: a connection dropped by its owner closes (and
+    checkpoints its file) at once, as before the session existed."""
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source="t", unit="uid"))
+    cache = weakref.ref(db._catalogs)
+    session = weakref.ref(db)
+    gc.disable()
+    try:
+        db.close()
+        del db
+        assert session() is None and cache() is None
+    finally:
+        gc.enable()
