@@ -54,6 +54,7 @@ CLAMP = "least(greatest(v, 0), 100)"
 RAW = {
     "sum": "SELECT g, count(*) AS n, sum(v) AS s FROM {t} GROUP BY g",
     "count": "SELECT g, count(*) AS n FROM {t} GROUP BY g",
+    "weights": "SELECT g, count(*) AS n, sum(v) AS s FROM {t} GROUP BY g",
 }
 
 ROW_RANK = f"ORDER BY hash({SECRET}, uid, g, v), v"
@@ -85,6 +86,11 @@ FLOOR_COUNT = f"""SELECT g, sum(least(n, {CAP})) AS n
 FROM (SELECT uid, g, count(*) AS n FROM {{t}} GROUP BY uid, g) GROUP BY g"""
 """The floor for COUNT: one pre-aggregate, least(count, k) per (unit, group)."""
 
+FLOOR_WEIGHTS = f"""SELECT g, sum(least(n, {CAP})) AS n, sum(s * least(1, {CAP} / n)) AS s
+FROM (SELECT uid, g, count(*) AS n, sum({CLAMP}) AS s FROM {{t}} GROUP BY uid, g) GROUP BY g"""
+"""The floor for BOUND WEIGHTS (EMMMR20): one pre-aggregate of count and sum per (unit,
+group), each cell's sum scaled by min(1, k/n)."""
+
 FINGERPRINT = "SELECT count(*) || ':' || coalesce(sum(hash(uid, g, v)::HUGEINT), 0) FROM {t}"
 """The data-fingerprint scan privsql runs before each private query (as in
 rewriter/fingerprint.py: row count and a sum of row hashes over the columns read), to
@@ -96,6 +102,9 @@ PRIVSQL = {
     " LIMIT {tag}",
     "count": "SELECT g, COUNT(*) AS n FROM {t} "
     f"GROUP BY g PRIVACY_UNIT uid BOUND ROWS {CAP} MAX_GROUPS {MAX_GROUPS} EPSILON 1"
+    " LIMIT {tag}",
+    "weights": "SELECT g, COUNT(*) AS n, SUM(v CLAMPED BETWEEN 0 AND 100) AS s FROM {t} "
+    f"GROUP BY g PRIVACY_UNIT uid BOUND WEIGHTS {CAP} MAX_GROUPS {MAX_GROUPS} EPSILON 1"
     " LIMIT {tag}",
 }
 """privsql's query; ``{tag}``, a LIMIT above the number of groups (it keeps every row),
@@ -378,6 +387,10 @@ def bench_size(con, db, rows: int, args, results: dict, lines: list[dict], last:
         "count/floor": run_sql(con, FLOOR_COUNT.format(t=t)),
         "count/privsql": PrivsqlRun(db, PRIVSQL["count"], t),
         "count/privsql-sql": run_sql(con, generated["count"]),
+        "weights/raw": run_sql(con, RAW["weights"].format(t=t)),
+        "weights/floor": run_sql(con, FLOOR_WEIGHTS.format(t=t)),
+        "weights/privsql": PrivsqlRun(db, PRIVSQL["weights"], t),
+        "weights/privsql-sql": run_sql(con, generated["weights"]),
     }
     cands: dict[str, dict[str, str]] = {}
     if not args.no_candidates:
@@ -403,7 +416,7 @@ def bench_size(con, db, rows: int, args, results: dict, lines: list[dict], last:
         "privsql-sql": "  privsql's generated SQL alone",
         "fingerprint": "  privsql's fingerprint scan alone",
     }
-    for shape in ("sum", "count"):
+    for shape in PRIVSQL:
         raw = timings[f"{shape}/raw"].wall
         floor = timings[f"{shape}/B" if shape == "sum" else f"{shape}/floor"].wall
         a = timings["sum/A"].wall if shape == "sum" else None
@@ -411,11 +424,14 @@ def bench_size(con, db, rows: int, args, results: dict, lines: list[dict], last:
             s, _, name = key.partition("/")
             if s != shape:
                 continue
+            label = labels.get(name, "  " + name)
+            if (shape, name) == ("weights", "floor"):
+                label = "floor: pre-aggregate scaled by min(1, k/n)"
             lines.append(
                 {
                     "shape": shape.upper(),
                     "rows": rows,
-                    "query": labels.get(name, "  " + name),
+                    "query": label,
                     "wall": timing.wall,
                     "cpu": timing.cpu,
                     "raw": raw,

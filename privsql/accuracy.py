@@ -20,17 +20,12 @@ import pyarrow as pa
 
 import udfs
 from privsql.result import BoundingCheck, HalfWidth, Range
-from rewriter.analyze import AggregateKind
+from rewriter.aggregates import SPECS, AggregateKind, Form
 from rewriter.dialect import to_sql
 from rewriter.generate import CUT_SUPPORT, output_name, support_name
 from rewriter.plan import Measurement, Plan, Spread, Statistic
 
-SINGLE = (
-    AggregateKind.COUNT_ROWS,
-    AggregateKind.COUNT_VALUES,
-    AggregateKind.COUNT_UNITS,
-    AggregateKind.SUM,
-)
+SINGLE = tuple(kind for kind, spec in SPECS.items() if spec.single)
 """Statistics that are one noisy measurement in the statistic's units."""
 
 
@@ -89,7 +84,7 @@ def _range(plan: Plan, statistic: Statistic) -> Range | None:
     return None
 
 
-ROW_COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES)
+ROW_COUNTS = tuple(kind for kind, spec in SPECS.items() if spec.counts_rows)
 """Counts whose bias, in rows, is at least the number of cells bounding cut."""
 
 
@@ -127,7 +122,7 @@ def _half_width(
     if kind in SINGLE:
         return lambda alpha: _array(np.full(table.num_rows, width(parts[0], alpha)))
     grid = statistic.grid
-    if kind == AggregateKind.AVG:
+    if SPECS[kind].form == Form.MEAN:
         assert grid is not None
         low, high = grid.low * grid.step, grid.high * grid.step
         return lambda alpha: _array(

@@ -53,7 +53,9 @@ class Engine(Protocol):
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         """Every table and view a query may name, fully qualified, with a view's definition
-        (``CREATE VIEW ...``) where the engine has one."""
+        (``CREATE VIEW ...``) where the engine has one. An engine that can tell its catalogue
+        is unchanged returns the very same list as last time (callers may keep what they
+        derived from it while it is)."""
         ...
 
     def check(self, analysis: Analysis) -> None:
@@ -67,7 +69,11 @@ class Engine(Protocol):
         ...
 
     def row(self, statement: str, secret: int) -> tuple:
-        """The single row of a generated statement (fingerprint, summaries)."""
+        """The single row of a generated statement (fingerprint, bounds summary)."""
+        ...
+
+    def rows(self, statement: str, secret: int) -> list[tuple]:
+        """Every row of a generated statement whose rows are few (a size histogram)."""
         ...
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
@@ -146,6 +152,7 @@ class DuckDBEngine:
 
     def __init__(self, connection: duckdb.DuckDBPyConnection) -> None:
         self._con = connection
+        self._listing: tuple[list[tuple], list[tuple[exp.Table, str | None]]] = ([], [])
 
     def columns(self, source: str) -> list[str]:
         try:
@@ -156,16 +163,22 @@ class DuckDBEngine:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
+        # A table's definition lists its columns and their types: a renamed, added or
+        # retyped column changes the listing, and so does any table or view made or dropped.
         rows = self._con.execute(
-            "SELECT database_name, schema_name, table_name, NULL FROM duckdb_tables() "
-            "UNION ALL SELECT database_name, schema_name, view_name, sql FROM duckdb_views() "
-            "WHERE NOT internal"
+            "SELECT database_name, schema_name, table_name, sql, false FROM duckdb_tables() "
+            "UNION ALL SELECT database_name, schema_name, view_name, sql, true "
+            "FROM duckdb_views() WHERE NOT internal"
         ).fetchall()
+        if rows == self._listing[0]:
+            return self._listing[1]
         found = []
-        for database, schema, name, sql in rows:
-            found.append((exp.table_(name, db=schema, catalog=database), sql))
+        for database, schema, name, sql, view in rows:
+            definition = sql if view else None
+            found.append((exp.table_(name, db=schema, catalog=database), definition))
             if database == "temp":  # a temporary table is named without its catalogue
-                found.append((exp.table_(name), sql))
+                found.append((exp.table_(name), definition))
+        self._listing = (rows, found)
         return found
 
     def types(self, statement: str) -> list[str]:
@@ -198,7 +211,10 @@ class DuckDBEngine:
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:
-        return self._con.execute(statement, _parameters(statement, secret)).fetchall()[0]
+        return self.rows(statement, secret)[0]
+
+    def rows(self, statement: str, secret: int) -> list[tuple]:
+        return self._con.execute(statement, _parameters(statement, secret)).fetchall()
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
         statement = stages.noisy()
@@ -283,7 +299,10 @@ class SparkEngine:
         raise outcome  # outside the handlers: no engine exception in its context
 
     def row(self, statement: str, secret: int) -> tuple:
-        return tuple(self._sql(statement, secret).collect()[0])
+        return self.rows(statement, secret)[0]
+
+    def rows(self, statement: str, secret: int) -> list[tuple]:
+        return [tuple(row) for row in self._sql(statement, secret).collect()]
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
         outputs = {

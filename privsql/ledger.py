@@ -570,6 +570,13 @@ class Ledger:
             return self._history()
 
     @property
+    def declared(self) -> str:
+        """The MAC of the declarations: it changes with every declaration, so a reader can
+        keep ``declarations()`` for as long as it is the same (``privsql.catalog_cache``)."""
+        with self._lock:
+            return self._state().declared
+
+    @property
     def files(self) -> frozenset[str]:
         """The ledger's files on disk: its database (and write-ahead log) and its key."""
         path = database_path(self._con)

@@ -8,23 +8,21 @@ functions ``udfs`` registers) → charge the ledger → result.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import lru_cache, wraps
+from dataclasses import dataclass, replace
+from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
-from sqlglot import exp
 
 import udfs
 from privsql.accuracy import bounding_check, half_widths, ranges
+from privsql.catalog_cache import CatalogCache
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
@@ -32,7 +30,6 @@ from privsql.ledger import (
     MAX_QUERY_DELTA,
     Ledger,
     StoredAnswer,
-    database_path,
     open_database,
 )
 from privsql.progress import AFTER, watch
@@ -40,6 +37,14 @@ from privsql.result import Result
 from privsql.schema import describe, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
+from rewriter.compiler import (
+    Compiled,
+    Decided,
+    Search,
+    compile_all,
+    compile_query,
+    threshold_search,
+)
 from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.fingerprint import answer_spelling, fingerprint_sql
@@ -47,19 +52,13 @@ from rewriter.generate import (
     RELEASED,
     SUPPORT_PREFIX,
     Functions,
-    bounds_sql,
-    groups_sql,
-    stages,
-    threshold_sql,
 )
 from rewriter.plan import (
     CANDIDATES,
     MAGNITUDES,
     BoundsSearch,
     Plan,
-    bounds_search,
     charged_delta,
-    plan,
 )
 from rewriter.temporal import restore_sql
 
@@ -78,13 +77,13 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class _Released:
     """A query's released values: ``data`` is the fingerprint of the data they were
-    released on; ``plan`` is the plan of a fresh release, None for a stored answer."""
+    released on; ``compiled`` the compilation they were released under; ``fresh`` whether
+    they were released now (else they are a stored answer)."""
 
     data: str
     table: pa.Table
-    plan: Plan | None
-    final: str
-    """The post-processing statement of a fresh release (``Stages.final``)."""
+    compiled: Compiled
+    fresh: bool
 
 
 class Budget:
@@ -154,7 +153,6 @@ class Session:
         if delta is not None and not (0 < delta < 1):
             raise PrivacyError("the default δ must be between 0 and 1")
         self._con = connection
-        self._declared_files_only = declared_files_only
         self._progress_after = _progress_after(progress)
         self._busy = threading.RLock()  # one statement at a time on this session's connection
         self._engine = engine or DuckDBEngine(connection)
@@ -186,13 +184,22 @@ class Session:
         self._rng = rng
         self._functions = self._register(rng)
         self._database = self._con.execute("SELECT current_database()").fetchall()[0][0]
-        self._aggregates = frozenset(
+        aggregates = frozenset(
             name
             for (name,) in self._con.execute(
                 "SELECT DISTINCT function_name FROM duckdb_functions() "
                 "WHERE function_type = 'aggregate'"
             ).fetchall()
         )
+        self._catalogs = CatalogCache(
+            self._engine,
+            self._ledger,
+            self._con,
+            aggregates=aggregates,
+            database=self._database,
+            declared_files_only=declared_files_only,
+        )
+        self._max_query_delta = cap  # fixed when the ledger was created
 
     # -- the data owner's side -----------------------------------------------------------
 
@@ -237,29 +244,27 @@ class Session:
 
         Safe to call from several threads: they take turns on the session's connection.
         """
-        analysis = analyze(query, self._catalog(), keys)
+        catalog = self._catalog()
+        analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)
-        released = self._watched(lambda: self._execute(analysis, key, delta))
-        if released.plan is None:
-            query_plan = self._replan(analysis, released.table)
-            final = stages(query_plan, FUNCTIONS).final
-        else:
-            final = released.final
-            query_plan = released.plan
+        released = self._watched(lambda: self._execute(analysis, catalog, key, delta))
+        query_plan, parts = released.compiled.plan, released.compiled.stages
+        assert query_plan is not None and parts is not None
+        if released.fresh:
             self._ledger.charge(
                 analysis.written + _choices(query_plan),
                 query_plan.epsilon,
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
             )
-        table = post_process(self._con, final, released.table).replace_schema_metadata(
+        table = post_process(self._con, parts.final, released.table).replace_schema_metadata(
             released.table.schema.metadata
         )
-        return self._result(table, query_plan, cached=released.plan is None)
+        return self._result(table, query_plan, cached=not released.fresh)
 
     def _watched(self, work: Callable[[], T]) -> T:
         """``work()``, with a progress bar if it runs long (``connect(progress=...)``); only
@@ -279,7 +284,7 @@ class Session:
         keys (and so would spend no δ): it asks for something the owner does not allow.
         δ ≥ 1 was already refused when the options were read (rewriter/options.py).
         """
-        cap = self._ledger.max_query_delta
+        cap = self._max_query_delta
         asked = analysis.options.delta
         if asked is not None and asked > cap:
             raise InvalidOption(
@@ -401,132 +406,87 @@ class Session:
     def _columns(self, source: str) -> list[str]:
         return self._engine.columns(source)
 
-    def _files(self, name: str) -> frozenset[str]:
-        """The files a file identity names (``_file_identity`` each), its globs expanded by
-        DuckDB's own ``glob``: the files a reader of those paths would read."""
-        found = set()
-        for path in name.removeprefix(FILE).split("\n"):
-            try:
-                listed = self._con.execute(
-                    f"SELECT file FROM glob({exp.Literal.string(path).sql(dialect='duckdb')})"
-                ).fetchall()
-            except duckdb.Error:
-                listed = []
-            found |= {_file_identity(file) for (file,) in listed} or {_file_identity(path)}
-        return frozenset(found)
-
     def _source_identity(self, source: str) -> str:
         """The catalogue identity of a source named in the owner's SQL (``protect``)."""
         try:
             parsed = analyze_source(source)
         except PrivacyError:
             raise PrivacyError(f"{source} is not a table, a view or a Parquet reader") from None
-        return self._catalog().identity(parsed)
+        return identity(parsed, self._database)
 
     def _catalog(self) -> Catalog:
-        declared = self._ledger.declarations()
-        tables = self._engine.tables()
-        return Catalog(
-            protected={n: p for n, (p, public) in declared.items() if p is not None},
-            public=frozenset(n for n, (_, public) in declared.items() if public),
-            columns=lru_cache(maxsize=None)(self._columns),
-            aggregates=self._aggregates,
-            database=self._database,
-            files=lru_cache(maxsize=None)(self._files),
-            types=self._engine.types,
-            evaluate=self._evaluate,
-            forbidden=frozenset(
-                _file_identity(p) for p in self._ledger.files | _files_of(self._con)
-            ),
-            declared_files_only=self._declared_files_only,
-            tables=frozenset(identity(t, self._database) for t, _ in tables),
-            views={identity(t, self._database): sql for t, sql in tables if sql},
-        )
+        return self._catalogs.current()
 
-    def _evaluate(self, statement: str) -> list[tuple]:
-        """A statement over constants only (it names no source): a key list's casts."""
-        try:
-            return self._con.execute(statement).fetchall()
-        except duckdb.Error:
-            raise InvalidOption("the key list does not cast to its key's type") from None
-
-    def _execute(self, analysis: Analysis, key: str, delta: float) -> _Released:
+    def _execute(
+        self, analysis: Analysis, catalog: Catalog, key: str, delta: float
+    ) -> _Released:
         """The query's released values, in one snapshot of the data: the stored answer when
         this query was answered on these data before (looked up before anything else runs),
-        else — if the budget allows — a fresh release and the plan it was made under.
+        else — if the budget allows — a fresh release and the compilation it was made under.
 
-        Missing bounds (BOUND AUTO) are estimated first, then AUTO thresholds are chosen,
-        each from per-unit aggregates only. DuckDB's messages from the private part are not
-        passed on, nor kept in the exception's context: they could quote private values.
+        The compiler (``rewriter.compiler``) says which search to run next — missing bounds
+        (BOUND AUTO), then MAX_GROUPS AUTO, then the AUTO caps — each a per-unit summary
+        this session decides from with noise; then the release. DuckDB's messages from the
+        private part are not passed on, nor kept in the exception's context: they could
+        quote private values.
         """
         engine, secret = self._engine, self._ledger.secret
-        epsilon = analysis.options.epsilon or self.epsilon
+
+        def searched(search: Search, decided: Decided) -> Decided:
+            summary = search.summary(engine.rows(search.statement, secret))
+            return self._decide(search, summary, decided)
 
         def run() -> _Released:
             data = repr(
                 engine.row(
                     fingerprint_sql(
-                        analysis.select, analysis.sources, self._columns, analysis.unit
+                        analysis.select, analysis.sources, catalog.columns, analysis.unit
                     ),
                     secret,
                 )
             )
             stored = self._ledger.answer(key, data)
             if stored is not None:
-                return _Released(data, stored, None, "")
-            self._check_affordable(epsilon, delta)
-            search = bounds_search(analysis, epsilon=self.epsilon)
-            spent, estimated, bounded = 0.0, {}, analysis
-            if search is not None:
-                arguments = [a.argument for a in search.aggregates]
-                summary = engine.row(bounds_sql(analysis, arguments, MAGNITUDES), secret)
-                estimated = self._bounds(search, summary)
-                bounded = analysis.with_bounds(estimated)
-                spent = search.epsilon
-            query_plan = plan(bounded, epsilon=self.epsilon, delta=self.delta, spent=spent)
-            if query_plan.group_search is not None:  # groups first: rows are capped per cell
-                candidates = query_plan.group_search.candidates
-                summary = engine.row(groups_sql(query_plan, candidates), secret)
-                query_plan = plan(
-                    bounded,
+                decided = Decided.from_json(stored.schema.metadata[DECIDED_KEY])
+                decided = replace(decided, bounds=_written_bounds(analysis, decided.bounds))
+                step = compile_query(
+                    analysis,
                     epsilon=self.epsilon,
                     delta=self.delta,
-                    spent=spent,
-                    decided_groups=self._group_cap(query_plan, summary),
+                    functions=FUNCTIONS,
+                    decided=decided,
                 )
-            if query_plan.search is not None:
-                summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
-                query_plan = query_plan.with_caps(self._thresholds(query_plan, summary))
-            parts = stages(query_plan, FUNCTIONS)
-            table = engine.release(parts, secret)
-            decided = {
-                "caps": query_plan.caps,
-                "groups": query_plan.bounding.groups,
-                "bounds": _spelt_bounds(analysis, estimated),
-                "spent": spent,
-            }
-            table = table.replace_schema_metadata({DECIDED_KEY: json.dumps(decided)})
-            return _Released(data, table, query_plan, parts.final)
+                return _Released(data, stored, step, fresh=False)
+            self._check_affordable(analysis.options.epsilon or self.epsilon, delta)
+            step, _ = compile_all(
+                analysis,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                functions=FUNCTIONS,
+                decide=searched,
+            )
+            assert step.stages is not None
+            table = engine.release(step.stages, secret)
+            spelt = replace(step.decided, bounds=_spelt_bounds(analysis, step.decided.bounds))
+            metadata = {DECIDED_KEY: spelt.as_json()}
+            return _Released(data, table.replace_schema_metadata(metadata), step, fresh=True)
 
         return engine.private(run)
+
+    def _decide(self, search: Search, summary: Sequence[int], decided: Decided) -> Decided:
+        """The decisions after ``search``'s, made with noise from its ``summary``."""
+        if search.estimating is not None:
+            bounds = self._bounds(search.estimating, summary)
+            return replace(decided, bounds=bounds, spent=search.estimating.epsilon)
+        assert search.plan is not None
+        if search.step == "groups":
+            return replace(decided, groups=self._group_cap(search.plan, summary))
+        return replace(decided, caps=self._thresholds(search.plan, summary))
 
     def _check_affordable(self, epsilon: float, delta: float) -> None:
         """Refuse, charging nothing, a release the ledger cannot afford (ε or δ, of the
         database's or the analyst's budget)."""
         self._ledger.check_affordable(epsilon, delta)
-
-    def _replan(self, analysis: Analysis, stored: pa.Table) -> Plan:
-        """The plan a stored answer was released under: its estimated bounds and caps."""
-        decided = json.loads(stored.schema.metadata[DECIDED_KEY])
-        analysis = analysis.with_bounds(_written_bounds(analysis, decided["bounds"]))
-        query_plan = plan(
-            analysis,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            spent=decided["spent"],
-            decided_groups=decided.get("groups"),
-        )
-        return query_plan.with_caps(decided["caps"])
 
     def _group_cap(self, query_plan: Plan, summary: Sequence[int]) -> int:
         """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units
@@ -556,6 +516,11 @@ class Session:
             for j in positions:
                 found[to_sql(search.aggregates[j].node)] = bounds
         return found
+
+    def _threshold_summary(self, query_plan: Plan) -> tuple[int, ...]:
+        """The per-unit summary an AUTO threshold search is made from (``threshold_sql``)."""
+        search = threshold_search(query_plan)
+        return search.summary(self._engine.rows(search.statement, self._ledger.secret))
 
     def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
         """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
@@ -621,25 +586,6 @@ def _progress_after(progress: bool | float) -> float | None:
     if not (math.isfinite(progress) and progress >= 0):
         raise ValueError("progress= takes True, False or a number of seconds, at least 0")
     return float(progress)
-
-
-def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:
-    """The data's own database file, and its write-ahead log."""
-    path = database_path(connection)
-    if path is None:
-        return frozenset()
-    return frozenset(str(p) for p in (path, path.with_name(path.name + ".wal")))
-
-
-def _file_identity(path: str) -> str:
-    """One name per file, however its path is spelt: its device and inode (symbolic and
-    hard links, ``~``, ``..`` and ``/proc/self/root`` are all one file), else its real path."""
-    expanded = os.path.expanduser(path)
-    try:
-        status = os.stat(expanded)
-    except OSError:
-        return os.path.realpath(expanded)
-    return f"{status.st_dev}:{status.st_ino}"
 
 
 def _choices(query_plan: Plan) -> str:

@@ -20,7 +20,7 @@ import re
 from rewriter.analyze import Analysis
 from rewriter.dialect import to_sql, written
 from rewriter.generate import Functions, bounds_sql, generate, groups_sql, threshold_sql
-from rewriter.plan import CANDIDATES, MAGNITUDES, WEIGHT_BITS, Plan, bounds_search, plan
+from rewriter.plan import MAGNITUDES, WEIGHT_BITS, Plan, bounds_search, plan
 
 PLACEHOLDER_CAP = 1_000_003
 PLACEHOLDER_GROUPS = 1_000_033
@@ -86,11 +86,10 @@ def _stages(
     query_plan = plan(analysis, epsilon=epsilon, delta=delta, spent=spent)
     found = []
     if query_plan.group_search is not None:
-        candidates = query_plan.group_search.candidates
         found.append(
             (
                 "the number of groups each unit touches, from which MAX_GROUPS is chosen privately",
-                groups_sql(query_plan, candidates),
+                groups_sql(query_plan),
             )
         )
         query_plan = plan(
@@ -104,7 +103,7 @@ def _stages(
         found.append(
             (
                 "per-unit summary from which the cap is chosen privately",
-                threshold_sql(query_plan, CANDIDATES),
+                threshold_sql(query_plan),
             )
         )
         query_plan = query_plan.with_cap(PLACEHOLDER_CAP)

@@ -16,6 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from rewriter.aggregates import SPECS, AggregateKind, of_node
 from rewriter.binding import check_binding
 from rewriter.catalog import Bounds, Catalog
 from rewriter.dialect import PrivSQL, output_name, to_sql
@@ -43,33 +44,6 @@ FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
 )
 """Scalar functions that read session state or data behind the analyser's back."""
-
-
-class AggregateKind:
-    """The DP aggregates of this version, by what they measure."""
-
-    COUNT_ROWS = "count_rows"
-    COUNT_VALUES = "count_values"
-    COUNT_UNITS = "count_units"
-    SUM = "sum"
-    AVG = "avg"
-    QUANTILE = "quantile"
-    VAR_SAMP = "var_samp"
-    VAR_POP = "var_pop"
-    STDDEV_SAMP = "stddev_samp"
-    STDDEV_POP = "stddev_pop"
-
-
-COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS)
-
-SPREADS = {
-    exp.Variance: AggregateKind.VAR_SAMP,
-    exp.VariancePop: AggregateKind.VAR_POP,
-    exp.Stddev: AggregateKind.STDDEV_SAMP,
-    exp.StddevSamp: AggregateKind.STDDEV_SAMP,
-    exp.StddevPop: AggregateKind.STDDEV_POP,
-}
-"""VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP and STDDEV_POP, by sqlglot node."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +92,7 @@ class Analysis:
         return tuple(
             a
             for a in self.aggregates
-            if a.argument is not None and a.bounds is None and a.kind not in COUNTS
+            if a.argument is not None and a.bounds is None and SPECS[a.kind].bounded
         )
 
     def with_bounds(self, bounds: Mapping[str, Bounds]) -> Analysis:
@@ -410,13 +384,10 @@ def _classify(node: exp.Expr, relations: Relations, catalog: Catalog, automatic:
         raise UnsupportedQuery(f"{name} ... FILTER (WHERE ...) is not supported: use WHERE")
     if isinstance(node, exp.Count):
         return _classify_count(node, relations)
-    if isinstance(node, (exp.Sum, exp.Avg)):
-        kind = AggregateKind.SUM if isinstance(node, exp.Sum) else AggregateKind.AVG
+    spec = of_node(node)
+    if spec is not None:
         argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)
-        return Aggregate(node, kind, argument, bounds)
-    if type(node) in SPREADS:
-        argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)
-        return Aggregate(node, SPREADS[type(node)], argument, bounds)
+        return Aggregate(node, spec.kind, argument, bounds)
     if isinstance(node, (exp.Quantile, exp.Median, exp.PercentileCont, exp.PercentileDisc)) or (
         isinstance(node, exp.WithinGroup)
     ):

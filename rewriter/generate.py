@@ -34,10 +34,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from rewriter.analyze import AggregateKind, Analysis
+from rewriter.aggregates import SPECS, Form
+from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
 from rewriter.relations import PRIVATE_BODY
+from rewriter.strategies import STRATEGIES
 
 SECRET = "$privsql_secret"
 """The statement's parameter carrying the database's hashing secret."""
@@ -181,15 +183,17 @@ def generate(plan: Plan, functions: Functions) -> str:
     return stages(plan, functions).statement()
 
 
-def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
-    """One row: the number of units, then how many have a kept cell of more than each
-    candidate number of rows; then, for each AVG under EMMMR20's rule
-    (``Plan.mean_sums``), the total of the units' rounded mean centred values, and that
-    total over the units with a kept cell of more than each candidate.
+def threshold_sql(plan: Plan) -> str:
+    """Rows, one per size of a unit's largest kept cell: that number of rows, how many
+    units have it, then, for each AVG under EMMMR20's rule (``Plan.mean_sums``), the total
+    of those units' rounded mean centred values. ``size_summary`` folds them into the
+    counts over each candidate cap.
 
     This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
     Adding or removing a unit moves each count by at most one and each total by at most
-    the largest centred value (the mean's bound).
+    the largest centred value (the mean's bound). The sizes are few — distinct sizes
+    summing to at most the number of rows, so fewer than √(2·rows) — and one grouped
+    statement costs the engine far less to plan than one aggregate per candidate.
     """
     layout = _Layout.of(plan)
     means = [
@@ -198,36 +202,42 @@ def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
         for i, (total, count) in enumerate(plan.mean_sums)
     ]
     largest = (
-        f"SELECT __unit, max(__rows) AS __largest{''.join(', ' + m for m in means)} "
+        f"SELECT __unit, max(__rows) AS __size{''.join(', ' + m for m in means)} "
         "FROM __chosen GROUP BY __unit"
     )
-    counts = [
-        f"count(*) FILTER (WHERE __largest > {c}) AS __over{i}" for i, c in enumerate(candidates)
-    ]
-    for i in range(len(means)):
-        counts.append(f"coalesce(sum(__mean{i}), 0) AS __total{i}")
-        counts += [
-            f"coalesce(sum(__mean{i}) FILTER (WHERE __largest > {c}), 0) AS __above{i}_{j}"
-            for j, c in enumerate(candidates)
-        ]
+    totals = "".join(f", sum(__mean{i}) AS __total{i}" for i in range(len(means)))
     return (
         f"{_with(_common(plan, layout))}\n"
-        f"SELECT count(*) AS __units, {', '.join(counts)} FROM ({largest})"
+        f"SELECT __size, count(*) AS __units{totals} FROM ({largest}) GROUP BY __size"
     )
 
 
-def groups_sql(plan: Plan, candidates: Sequence[int]) -> str:
-    """One row: the number of units, then how many touch more than each candidate number
-    of groups — the only input of MAX_GROUPS AUTO (per-unit counts, never rows; adding or
-    removing a unit moves each count by at most one)."""
+def size_summary(
+    rows: Sequence[Sequence[object]], candidates: Sequence[int], totals: int = 0
+) -> tuple[int, ...]:
+    """Rows of (size, units, ``totals`` totals) (``threshold_sql``, ``groups_sql``) as one
+    summary: the number of units, how many have a size above each candidate, then for each
+    total its sum over all units and over the units with a size above each candidate — what
+    one aggregate per candidate (``count(*) FILTER (WHERE size > c)``) would return."""
+    sizes = [(int(row[0]), int(row[1]), [int(t or 0) for t in row[2:]]) for row in rows]
+    summary = [sum(units for _, units, _ in sizes)]
+    summary += [sum(units for size, units, _ in sizes if size > c) for c in candidates]
+    for i in range(totals):
+        summary.append(sum(totals[i] for _, _, totals in sizes))
+        summary += [sum(totals[i] for size, _, totals in sizes if size > c) for c in candidates]
+    return tuple(summary)
+
+
+def groups_sql(plan: Plan) -> str:
+    """Rows, one per number of groups a unit touches: that number and how many units touch
+    it (``size_summary`` folds them into how many touch more than each candidate) — the
+    only input of MAX_GROUPS AUTO (per-unit counts, never rows; adding or removing a unit
+    moves each count by at most one)."""
     layout = _Layout.of(plan)
     common = _common(plan, layout)
     ctes = {name: common[name] for name in ("__source", "__cells")}
-    counts = "".join(
-        f", count(*) FILTER (WHERE __groups > {c}) AS __over{i}" for i, c in enumerate(candidates)
-    )
-    touched = "SELECT __unit, count(*) AS __groups FROM __cells GROUP BY __unit"
-    return f"{_with(ctes)}\nSELECT count(*) AS __units{counts} FROM ({touched})"
+    touched = "SELECT __unit, count(*) AS __size FROM __cells GROUP BY __unit"
+    return f"{_with(ctes)}\nSELECT __size, count(*) AS __units FROM ({touched}) GROUP BY __size"
 
 
 def bounds_sql(
@@ -549,7 +559,7 @@ def _cuts(plan: Plan, layout: _Layout, m: Measurement, bucket: str) -> str:
         )
     joined = f"FROM __source AS r JOIN ({trimmed}) AS c ON {_same_cell(keys, 'r', 'c')}"
     by = _list([*keys, bucket])
-    if plan.bounding.strategy == "WEIGHTS":
+    if not STRATEGIES[plan.bounding.strategy].rereads_rows:  # weights: a share of each row
         full = 1 << m.weight_bits
         return (
             f"SELECT {_list([*keys, bucket], 'r.')}, sum(CASE WHEN c.__chosen THEN "
@@ -748,7 +758,7 @@ def _support_columns(plan: Plan) -> list[exp.Expr]:
 def _support(statistic: Statistic, parts: list[Measurement]) -> list[tuple[str, exp.Expr]]:
     """An AVG's noisy count ``n`` (in rows, whatever the weighting); a spread's sums ``s1``,
     ``s2`` and count ``n``; a quantile's interval ``lower`` and ``upper``."""
-    if statistic.aggregate.kind == AggregateKind.AVG:
+    if SPECS[statistic.aggregate.kind].form == Form.MEAN:
         return [("n", scaled(parts[1]))]
     if statistic.spread is not None:
         return [(role, scaled(m)) for role, m in zip(("s1", "s2", "n"), parts, strict=True)]

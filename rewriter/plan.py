@@ -18,9 +18,12 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from rewriter.analyze import Aggregate, AggregateKind, Analysis
+from rewriter.aggregates import SPECS, Form
+from rewriter.analyze import Aggregate, Analysis
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.options import AUTO
+from rewriter.strategies import STRATEGIES
+from rewriter.strategies import WEIGHT_BITS as WEIGHT_BITS  # for callers of plan
 
 GRID_BITS = 40
 """Clamped values are stored as integers of at most 2**GRID_BITS grid steps."""
@@ -66,9 +69,6 @@ class Grid:
         return max(abs(self.low), abs(self.high))
 
 
-WEIGHT_BITS = 20
-"""BOUND WEIGHTS: weights min(1, h/s) are applied on a grid of 2**-WEIGHT_BITS."""
-
 AUTO_SHARE = 0.15
 """The share of a query's ε spent choosing an AUTO threshold."""
 
@@ -89,8 +89,6 @@ MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
 
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
 """AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
-
-STRATEGIES = ("ROWS", "WEIGHTS", "CLIP")
 
 
 @dataclass(frozen=True)
@@ -263,7 +261,7 @@ class Plan:
     @property
     def needs_rows(self) -> bool:
         """Whether bounding must read rows again (some measurement sums row values)."""
-        return self.bounding.strategy != "WEIGHTS" and any(
+        return STRATEGIES[self.bounding.strategy].rereads_rows and any(
             m.value is not None for m in self.measurements
         )
 
@@ -312,7 +310,7 @@ class Plan:
 
     def with_caps(self, caps: dict[str, int]) -> Plan:
         """This plan once its AUTO thresholds are chosen, one per rule."""
-        if self.bounding.strategy != "WEIGHTS":
+        if not STRATEGIES[self.bounding.strategy].per_rule_caps:
             return self.with_cap(caps["rank"])
         bounding = replace(self.bounding, caps=tuple(sorted(caps.items())))
         return replace(self, bounding=bounding, search=None)
@@ -358,12 +356,14 @@ def plan(
     else:
         groups = decided_groups or 1
     strategy = options.strategy or "AUTO"
-    automatic = strategy == "AUTO" or options.threshold == AUTO or strategy == "CLIP"
+    automatic = strategy == "AUTO" or options.threshold == AUTO
     if strategy == "AUTO":
         # Weighted averaging keeps every row, has the same sensitivity as sample limiting
         # with k = h and no sampling variance (EMMMR20 Thm 3), and needs no ranking.
         strategy = "WEIGHTS"
-    if strategy == "CLIP" and any(a.kind not in CLIPPABLE for a in analysis.aggregates):
+    bounding = STRATEGIES[strategy]
+    automatic = automatic or bounding.always_automatic
+    if bounding.only_clippable and any(not SPECS[a.kind].clippable for a in analysis.aggregates):
         raise UnsupportedQuery("BOUND CLIP bounds means (RT24): use it with AVG and COUNT")
     search_epsilon = total_epsilon * AUTO_SHARE if automatic else 0.0
     private_keys = bool(analysis.keys) and any(k.domain is None for k in analysis.keys)
@@ -378,14 +378,14 @@ def plan(
     # bias² plus EMMMR20's v(h) (the error of a weighted mean) and counts, sums and
     # quantiles the cap that balances their bias and noise (AKMV19); sample limiting and
     # clipping share one.
-    mean_rule = "variance" if strategy == "WEIGHTS" and automatic else "rank"
-    builder = _Builder(WEIGHT_BITS if strategy == "WEIGHTS" else 0, mean_rule)
+    mean_rule = "variance" if bounding.per_rule_caps and automatic else "rank"
+    builder = _Builder(bounding.weight_bits, mean_rule)
     statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
     search = None
     if automatic:
         rules = tuple(sorted({m.rule for m in builder.measurements if m.kind != "units"}))
         released = _public_groups(analysis)
-        rank = math.ceil((2 if strategy == "CLIP" else 1) * groups * released / share)
+        rank = math.ceil(bounding.rank_factor * groups * released / share)
         half_range = max(
             (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
         )
@@ -447,23 +447,11 @@ def _public_groups(analysis: Analysis) -> int:
     return math.prod(sizes) if sizes and all(sizes) else 1
 
 
-CLIPPABLE = (
-    AggregateKind.AVG,
-    AggregateKind.COUNT_ROWS,
-    AggregateKind.COUNT_VALUES,
-    AggregateKind.COUNT_UNITS,
-)
-"""What RT24's per-unit clipping bounds: means, and counts under its row cap."""
-
 WEIGHTED = ("count", "sum", "centred", "squares", "histogram")
 """Measurements whose per-cell values BOUND WEIGHTS scales on the 2**-W weight grid."""
 
-COUNTED = {
-    AggregateKind.COUNT_ROWS: ("rows", False),
-    AggregateKind.COUNT_UNITS: ("units", False),
-    AggregateKind.COUNT_VALUES: ("count", True),
-}
-"""Counts: which measurement each is, and whether it sums a per-row indicator."""
+COUNTED = {Form.ROWS: ("rows", False), Form.UNITS: ("units", False), Form.PRESENT: ("count", True)}
+"""Counts, by form: which measurement each is, and whether it sums a per-row indicator."""
 
 
 class _Builder:
@@ -485,15 +473,15 @@ class _Builder:
         return measurement
 
     def statistic(self, aggregate: Aggregate, epsilon: float) -> Statistic:
-        kind = aggregate.kind
-        if kind in COUNTED:
-            measured, per_row = COUNTED[kind]
+        form = SPECS[aggregate.kind].form
+        if form in COUNTED:
+            measured, per_row = COUNTED[form]
             value = _present(aggregate.argument) if per_row else None
             m = self.measure(measured, value, 1, epsilon)
             expression = _integer(m) if m.weight_bits == 0 else scaled(m)
             return Statistic(aggregate, expression, (m.name,))
         low, high = aggregate.bounds or (0.0, 0.0)
-        if kind == AggregateKind.QUANTILE:
+        if form == Form.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
@@ -503,11 +491,11 @@ class _Builder:
                 this=exp.column(m.name), expression=exp.Literal.string("value")
             )
             return Statistic(aggregate, value, (m.name,))
-        if kind in SPREAD_KINDS:
+        if form == Form.SPREAD:
             return self.spread(aggregate, epsilon)
         grid = Grid.for_bounds(low, high)
         gridded = _gridded(aggregate.argument, grid)
-        if kind == AggregateKind.SUM:
+        if form == Form.SUM:
             m = self.measure("sum", gridded, grid.magnitude, epsilon, grid.step)
             return Statistic(aggregate, scaled(m), (m.name,), grid)
         centred = _centred(gridded, grid)
@@ -541,20 +529,12 @@ class _Builder:
         form = Spread(
             offset=spread * spread * square.step,
             largest=((grid.high - grid.low) * grid.step) ** 2 / 4,
-            sample=aggregate.kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP),
-            root=aggregate.kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP),
+            sample=SPECS[aggregate.kind].sample,
+            root=SPECS[aggregate.kind].root,
         )
         expression = _spread(total, square, count, form)
         names = (total.name, square.name, count.name)
         return Statistic(aggregate, expression, names, grid, form)
-
-
-SPREAD_KINDS = (
-    AggregateKind.VAR_SAMP,
-    AggregateKind.VAR_POP,
-    AggregateKind.STDDEV_SAMP,
-    AggregateKind.STDDEV_POP,
-)
 
 
 def _type(kind: exp.DType) -> exp.DataType:

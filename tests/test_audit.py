@@ -34,7 +34,7 @@ from exact_release import install
 import privsql
 import udfs
 from rewriter.analyze import analyze
-from rewriter.generate import bounds_sql, groups_sql, threshold_sql
+from rewriter.generate import bounds_sql, groups_sql, size_summary
 from rewriter.plan import (
     BUCKETS,
     CANDIDATES,
@@ -92,7 +92,7 @@ def planned(db: privsql.Session, sql: str, keys: dict | None = None) -> Plan:
     query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1.0, delta=1e-6)
     if query_plan.search is None:
         return query_plan
-    summary = db._engine.row(threshold_sql(query_plan, CANDIDATES), db._ledger.secret)
+    summary = db._threshold_summary(query_plan)
     return query_plan.with_caps(db._thresholds(query_plan, summary))
 
 
@@ -328,7 +328,7 @@ def test_rank_rule_threshold_search(cells, weaken):
     summaries = on_neighbours(
         con,
         query_plan,
-        lambda c, p: db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret),
+        lambda c, p: db._threshold_summary(p),
     )
 
     def sample(neighbour: bool, n: int) -> list[int]:
@@ -394,7 +394,7 @@ def test_variance_rule_histograms(visits, weaken):
     [(total, _)] = query_plan.mean_sums
 
     def read(c, p) -> tuple:
-        summary = [int(v) for v in db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret)]
+        summary = [int(v) for v in db._threshold_summary(p)]
         return summary[0], summary[1 : width + 1], [(summary[width + 1 :], total.bound)]
 
     summaries = on_neighbours(con, query_plan, read)
@@ -425,7 +425,7 @@ def test_threshold_search_on_ordinary_data(visits, strategy):
     summaries = on_neighbours(
         con,
         query_plan,
-        lambda c, p: db._engine.row(threshold_sql(p, CANDIDATES), db._ledger.secret),
+        lambda c, p: db._threshold_summary(p),
     )
 
     def sample(neighbour: bool, n: int) -> list[list[int]]:
@@ -530,10 +530,10 @@ def test_group_cap_search(touched, weaken):
     query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(groups))}), epsilon=1, delta=0.1)
     search = query_plan.group_search
     assert search.rank == 10 and search.candidates[-1] == groups
-    query = groups_sql(query_plan, search.candidates)
-    before = db._engine.row(query, db._ledger.secret)
+    query = groups_sql(query_plan)
+    before = size_summary(db._engine.rows(query, db._ledger.secret), search.candidates)
     with neighbours.with_rows(con, SPREAD.format(groups=groups)):
-        after = db._engine.row(query, db._ledger.secret)
+        after = size_summary(db._engine.rows(query, db._ledger.secret), search.candidates)
     assert after[0] == before[0] + 1  # one more unit, above every candidate below 200
     summaries = (before, after)
 

@@ -21,7 +21,7 @@ import privsql
 import udfs
 from rewriter.analyze import analyze
 from rewriter.dialect import to_sql
-from rewriter.generate import bounds_sql, generate, threshold_sql
+from rewriter.generate import bounds_sql, generate, size_summary, threshold_sql
 from rewriter.plan import CANDIDATES, MAGNITUDES, plan
 
 stats = pytest.importorskip("scipy.stats")
@@ -159,14 +159,15 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
         epsilon=1.0,
         delta=1e-6,
     )
-    search = threshold_sql(query_plan, CANDIDATES)
+    search = threshold_sql(query_plan)
 
     def summaries() -> list[int]:
         rows = [
-            neighbours.execute(q, {"privsql_secret": 3} if "$privsql" in q else None).fetchall()[0]
+            neighbours.execute(q, {"privsql_secret": 3} if "$privsql" in q else None).fetchall()
             for q in (estimate, search)
         ]
-        return [int(v) for row in rows for v in row]
+        found = size_summary(rows[1], CANDIDATES, len(query_plan.mean_sums))
+        return [int(v) for v in (*rows[0][0], *found)]
 
     before = summaries()
     neighbours.execute("BEGIN TRANSACTION")

@@ -71,7 +71,7 @@ def search_seconds(db, con, repeat: int) -> dict[str, tuple[float, float, float]
     """
     from rewriter.analyze import analyze
     from rewriter.generate import threshold_sql
-    from rewriter.plan import CANDIDATES, plan
+    from rewriter.plan import plan
 
     out = {}
     for shape, head in (
@@ -83,7 +83,7 @@ def search_seconds(db, con, repeat: int) -> dict[str, tuple[float, float, float]
             "BOUND ROWS AUTO MAX_GROUPS 50 EPSILON 1"
         )
         analysis = analyze(query, db._catalog(), {"g": list(range(GROUPS))})
-        sql = threshold_sql(plan(analysis, epsilon=1.0, delta=1e-6), CANDIDATES)
+        sql = threshold_sql(plan(analysis, epsilon=1.0, delta=1e-6))
         runs = []
         for _ in range(repeat + 1):
             wall, cpu = time.perf_counter(), time.process_time()

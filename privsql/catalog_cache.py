@@ -1,0 +1,158 @@
+"""The session's ``Catalog``, rebuilt only when what it is made of changes.
+
+Building a catalogue per query — the owner's declarations from the ledger, every table and
+view from the engine, each source's columns — costs more than answering a query on a small
+table. What does not change between two queries is kept: the declarations while the
+ledger's declarations MAC (``Ledger.declared``) is the same, the tables, views and table
+columns while the engine lists the same catalogue (``Engine.tables`` returns the very same
+list while nothing changed; its listing includes each table's definition, so a renamed or
+added column is a change). A query never sees a stale identity: both versions are read for
+every query, before anything cached is used.
+
+What depends on files rather than on the catalogue is never kept from one query to the
+next: the columns of a file reader, the files a glob names, the identity (device and inode)
+of the files a query may not read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
+
+import duckdb
+from sqlglot import exp
+
+from privsql.engines import Engine
+from privsql.ledger import Ledger, database_path
+from rewriter.catalog import FILE, Catalog, identity
+from rewriter.errors import InvalidOption
+
+PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
+"""A table or view named by (at most three) identifiers: its columns are the catalogue's."""
+
+
+@dataclass(frozen=True)
+class _Version:
+    declared: str
+    listing: object
+
+
+class CatalogCache:
+    """The catalogue of one session's queries (``current``)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        ledger: Ledger,
+        connection: duckdb.DuckDBPyConnection,
+        *,
+        aggregates: frozenset[str],
+        database: str,
+        declared_files_only: bool,
+    ) -> None:
+        self._engine = engine
+        self._ledger = ledger
+        self._con = connection
+        self._template = Catalog(
+            protected={},
+            public=frozenset(),
+            columns=engine.columns,
+            aggregates=aggregates,
+            database=database,
+            types=engine.types,
+            evaluate=partial(_evaluate, connection),  # no reference back to the cache
+            declared_files_only=declared_files_only,
+        )
+        self._unreadable = ledger.files | _files_of(connection)  # paths: fixed for a session
+        self._version: _Version | None = None
+        self._catalog = self._template
+        self._table_columns: dict[str, list[str]] = {}
+
+    def current(self) -> Catalog:
+        """The catalogue as it is now: declarations, tables and views, forbidden files."""
+        declared = self._ledger.declared  # read before the declarations it versions
+        listing = self._engine.tables()
+        version = _Version(declared, listing)
+        if self._version is None or not (
+            declared == self._version.declared and listing is self._version.listing
+        ):
+            self._rebuild(listing)
+            self._version = version
+        file_columns = lru_cache(maxsize=None)(self._engine.columns)
+        return replace(
+            self._catalog,
+            columns=lambda source: self._columns(source, file_columns),
+            files=lru_cache(maxsize=None)(self._files),
+            forbidden=frozenset(file_identity(p) for p in self._unreadable),
+        )
+
+    def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
+        declared = self._ledger.declarations()
+        database = self._template.database
+        self._table_columns = {}
+        self._catalog = replace(
+            self._template,
+            protected={n: p for n, (p, _) in declared.items() if p is not None},
+            public=frozenset(n for n, (_, public) in declared.items() if public),
+            tables=frozenset(identity(t, database) for t, _ in listing),
+            views={identity(t, database): sql for t, sql in listing if sql},
+        )
+
+    def _columns(self, source: str, file_columns: Callable[[str], list[str]]) -> list[str]:
+        """A table's columns from the cache; a file reader's read anew for each query."""
+        if not (PLAIN_NAME.fullmatch(source) and self._is_table(source)):
+            return file_columns(source)
+        if source not in self._table_columns:
+            self._table_columns[source] = self._engine.columns(source)
+        return self._table_columns[source]
+
+    def _is_table(self, source: str) -> bool:
+        tables = self._catalog.tables or frozenset()
+        return identity(exp.to_table(source, dialect="duckdb"), self._template.database) in tables
+
+    def _files(self, name: str) -> frozenset[str]:
+        """The files a file identity names (``file_identity`` each), its globs expanded by
+        DuckDB's own ``glob``: the files a reader of those paths would read."""
+        found = set()
+        for path in name.removeprefix(FILE).split("\n"):
+            try:
+                listed = self._con.execute(
+                    f"SELECT file FROM glob({exp.Literal.string(path).sql(dialect='duckdb')})"
+                ).fetchall()
+            except duckdb.Error:
+                listed = []
+            found |= {file_identity(file) for (file,) in listed} or {file_identity(path)}
+        return frozenset(found)
+
+
+def _evaluate(connection: duckdb.DuckDBPyConnection, statement: str) -> list[tuple]:
+    """A statement over constants only (it names no source): a key list's casts."""
+    try:
+        return connection.execute(statement).fetchall()
+    except duckdb.Error:
+        raise InvalidOption("the key list does not cast to its key's type") from None
+
+
+def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """The data's own database file, and its write-ahead log."""
+    path = database_path(connection)
+    if path is None:
+        return frozenset()
+    return frozenset(str(p) for p in (path, path.with_name(path.name + ".wal")))
+
+
+def file_identity(path: str) -> str:
+    """One name per file, however its path is spelt: its device and inode (symbolic and
+    hard links, ``~``, ``..`` and ``/proc/self/root`` are all one file), else its real path.
+
+    Decided anew for each query: a file that did not exist (a write-ahead log) may since
+    have been created, and has a device and inode from then on."""
+    expanded = os.path.expanduser(path)
+    try:
+        status = os.stat(expanded)
+    except OSError:
+        return os.path.realpath(expanded)
+    return f"{status.st_dev}:{status.st_ino}"

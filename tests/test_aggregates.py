@@ -1,0 +1,98 @@
+"""The aggregate and strategy specs (``rewriter/aggregates.py``, ``rewriter/strategies.py``)
+are what the planner follows: each written aggregate is classified as its spec's kind,
+measured as its form says, BOUND CLIP accepts exactly the clippable ones, and a plan
+bounds as its strategy's spec says."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import privsql
+from rewriter.aggregates import SPECS, AggregateKind, Form
+from rewriter.analyze import analyze
+from rewriter.errors import UnsupportedQuery
+from rewriter.generate import BOUNDING
+from rewriter.plan import WEIGHTED, plan
+from rewriter.strategies import STRATEGIES
+
+WRITTEN = {
+    AggregateKind.COUNT_ROWS: "COUNT(*)",
+    AggregateKind.COUNT_VALUES: "COUNT(v)",
+    AggregateKind.COUNT_UNITS: "COUNT(DISTINCT uid)",
+    AggregateKind.SUM: "SUM(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.AVG: "AVG(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.QUANTILE: "MEDIAN(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.VAR_SAMP: "VARIANCE(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.VAR_POP: "VAR_POP(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.STDDEV_SAMP: "STDDEV(v CLAMPED BETWEEN 0 AND 10)",
+    AggregateKind.STDDEV_POP: "STDDEV_POP(v CLAMPED BETWEEN 0 AND 10)",
+}
+MEASURED = {
+    Form.ROWS: ["rows"],
+    Form.UNITS: ["units"],
+    Form.PRESENT: ["count"],
+    Form.SUM: ["sum"],
+    Form.MEAN: ["centred", "count"],
+    Form.SPREAD: ["centred", "squares", "count"],
+    Form.QUANTILE: ["histogram"],
+}
+
+
+@pytest.fixture(scope="module")
+def db():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 10 AS uid, i * 0.1 AS v FROM range(100) r(i)")
+    return privsql.connect(con, budget=100)
+
+
+def test_every_kind_has_a_spec_and_an_example():
+    kinds = {v for k, v in vars(AggregateKind).items() if not k.startswith("_")}
+    assert kinds == set(SPECS) == set(WRITTEN)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_an_aggregate_is_measured_as_its_form_says(db, kind):
+    spec = SPECS[kind]
+    query = f"SELECT {WRITTEN[kind]} FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 1"
+    analysis = analyze(query, db._catalog())
+    [aggregate] = analysis.aggregates
+    assert aggregate.kind == kind
+    assert (aggregate.bounds is not None) == spec.bounded
+    query_plan = plan(analysis, epsilon=1.0, delta=1e-6)
+    [statistic] = query_plan.statistics
+    measurements = {m.name: m for m in query_plan.measurements}
+    kinds = [measurements[name].kind for name in statistic.measurements]
+    assert kinds == MEASURED[spec.form]
+    assert spec.single == (len(kinds) == 1 and spec.form != Form.QUANTILE)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_bound_clip_accepts_exactly_the_clippable_aggregates(db, kind):
+    query = f"SELECT {WRITTEN[kind]} FROM t PRIVACY_UNIT uid BOUND CLIP EPSILON 1"
+    analysis = analyze(query, db._catalog())
+    if SPECS[kind].clippable:
+        assert plan(analysis, epsilon=1.0, delta=1e-6).bounding.strategy == "CLIP"
+    else:
+        with pytest.raises(UnsupportedQuery, match="CLIP"):
+            plan(analysis, epsilon=1.0, delta=1e-6)
+
+
+def test_every_strategy_has_its_bounding_stage():
+    assert set(BOUNDING) == set(STRATEGIES)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_plan_follows_its_strategys_spec(db, name):
+    spec = STRATEGIES[name]
+    threshold = "" if spec.always_automatic else " 3"
+    query = (
+        f"SELECT AVG(v CLAMPED BETWEEN 0 AND 10), COUNT(*) FROM t PRIVACY_UNIT uid "
+        f"BOUND {name}{threshold} EPSILON 1"
+    )
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    assert query_plan.bounding.strategy == name
+    assert (query_plan.search is not None) == spec.always_automatic
+    assert query_plan.needs_rows == spec.rereads_rows
+    weighted = {m.weight_bits for m in query_plan.measurements if m.kind in WEIGHTED}
+    assert weighted == {spec.weight_bits}

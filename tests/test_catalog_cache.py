@@ -1,0 +1,124 @@
+"""The session keeps its catalogue between queries, never past a change of what it is made
+of: declarations (through this session or another on the same database), tables, views
+and columns (DDL on the owner's own connection)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import duckdb
+import pytest
+
+import privsql
+from rewriter.errors import PrivacyError
+
+COUNT = "SELECT COUNT(*) AS n FROM {source} PRIVACY_UNIT {unit} BOUND ROWS 1 EPSILON 0.5"
+
+
+@pytest.fixture
+def con() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, i AS other, i % 3 AS g FROM range(50) r(i)")
+    return con
+
+
+def test_a_declaration_made_after_a_query_governs_the_next_query(con):
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source="t", unit="other"))
+    db.protect("t", privacy_unit="uid")
+    with pytest.raises(PrivacyError, match="uid"):
+        db.sql(COUNT.format(source="t", unit="other"))
+    assert db.sql(COUNT.format(source="t", unit="uid")).epsilon == 0.5
+
+
+def test_a_declaration_by_another_session_on_the_database_is_seen(tmp_path):
+    path = tmp_path / "d.duckdb"
+    owner = privsql.connect(path, budget=100)
+    owner._con.execute("CREATE TABLE t AS SELECT i AS uid, i AS other FROM range(50) r(i)")
+    second = privsql.connect(owner._con.cursor(), budget=100)
+    second.sql(COUNT.format(source="t", unit="other"))
+    owner.protect("t", privacy_unit="uid")
+    with pytest.raises(PrivacyError, match="uid"):
+        second.sql(COUNT.format(source="t", unit="other"))
+
+
+def test_a_table_made_public_after_a_query_is_read_exactly(con):
+    db = privsql.connect(con, budget=100)
+    with pytest.raises(PrivacyError):
+        db.sql("SELECT count(*) FROM t")  # private: needs a unit
+    db.public("t")
+    assert db.sql("SELECT count(*) AS n FROM t").fetchall() == [(50,)]
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "ALTER TABLE t RENAME uid TO person",
+        "CREATE OR REPLACE TABLE t AS SELECT i AS person FROM range(50) r(i)",
+        "ALTER TABLE t DROP COLUMN uid",
+    ],
+)
+def test_a_column_changed_after_a_query_is_seen(con, ddl):
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source="t", unit="uid"))
+    con.execute(ddl)
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="t", unit="uid"))
+    if "person" in ddl:
+        assert db.sql(COUNT.format(source="t", unit="person")).epsilon == 0.5
+
+
+def test_a_view_replaced_after_a_query_is_read_as_it_is_now(con):
+    db = privsql.connect(con, budget=100)
+    con.execute("CREATE VIEW v AS SELECT uid FROM t")
+    db.sql(COUNT.format(source="v", unit="uid"))
+    con.execute("CREATE OR REPLACE VIEW v AS SELECT other AS uid2 FROM t")
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="v", unit="uid"))
+    assert db.sql(COUNT.format(source="v", unit="uid2")).epsilon == 0.5
+
+
+def test_a_table_made_after_a_query_can_be_read(con):
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source="t", unit="uid"))
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="fresh", unit="uid"))
+    con.execute("CREATE TABLE fresh AS SELECT i AS uid FROM range(10) r(i)")
+    assert db.sql(COUNT.format(source="fresh", unit="uid")).epsilon == 0.5
+
+
+def test_a_parquet_file_rewritten_between_queries_is_read_as_it_is_now(con, tmp_path):
+    path = tmp_path / "f.parquet"
+    con.execute(f"COPY (SELECT i AS uid FROM range(10) r(i)) TO '{path}'")
+    db = privsql.connect(con, budget=100)
+    source = f"read_parquet('{path}')"
+    db.sql(COUNT.format(source=source, unit="uid"))
+    con.execute(f"COPY (SELECT i AS person FROM range(10) r(i)) TO '{path}'")
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source=source, unit="uid"))
+    assert db.sql(COUNT.format(source=source, unit="person")).epsilon == 0.5
+
+
+def test_the_engine_lists_an_unchanged_catalogue_as_the_same_object(con):
+    db = privsql.connect(con, budget=100)
+    first = db._engine.tables()
+    assert db._engine.tables() is first
+    con.execute("ALTER TABLE t RENAME other TO renamed")
+    assert db._engine.tables() is not first
+
+
+def test_a_session_is_freed_without_the_garbage_collector(con):
+    """No reference cycle through the cache: a connection dropped by its owner closes (and
+    checkpoints its file) at once, as before the session existed."""
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source="t", unit="uid"))
+    cache = weakref.ref(db._catalogs)
+    session = weakref.ref(db)
+    gc.disable()
+    try:
+        db.close()
+        del db
+        assert session() is None and cache() is None
+    finally:
+        gc.enable()

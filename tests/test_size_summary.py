@@ -1,0 +1,79 @@
+"""The AUTO searches' summaries (``threshold_sql``, ``groups_sql``) are histograms of
+per-unit sizes folded in Python (``size_summary``): the fold must give exactly what one
+filtered aggregate per candidate gives in SQL."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import privsql
+from rewriter.analyze import analyze
+from rewriter.generate import groups_sql, size_summary, threshold_sql
+from rewriter.plan import CANDIDATES, plan
+
+CLAMP = "v CLAMPED BETWEEN 0 AND 100"
+
+
+@pytest.fixture
+def db():
+    con = duckdb.connect()
+    con.execute("SELECT setseed(0.5)")
+    con.execute(
+        "CREATE TABLE visits AS SELECT floor(200 * pow(random(), 3))::INT AS uid, "
+        "(range % 7)::INT AS g, random() * 100 AS v FROM range(30000)"
+    )
+    return privsql.connect(con, budget=1e9, seed=3, insecure=True)
+
+
+def filtered(con, sizes_sql: str, totals: int) -> tuple[int, ...]:
+    """What one ``FILTER`` aggregate per candidate returns over per-unit sizes."""
+    columns = ["count(*)"] + [f"count(*) FILTER (WHERE s > {c})" for c in CANDIDATES]
+    for i in range(totals):
+        columns.append(f"coalesce(sum(t{i}), 0)")
+        columns += [f"coalesce(sum(t{i}) FILTER (WHERE s > {c}), 0)" for c in CANDIDATES]
+    row = con.execute(f"SELECT {', '.join(columns)} FROM ({sizes_sql})").fetchall()[0]
+    return tuple(int(v) for v in row)
+
+
+def per_unit(statement: str) -> str:
+    """``statement`` with its final histogram replaced by the per-unit sizes it groups."""
+    head, _, inner = statement.rpartition("FROM (")
+    inner = inner.removesuffix(") GROUP BY __size")
+    prefix = head[: head.rindex("SELECT __size")]
+    columns = "__size AS s" + "".join(
+        f", __mean{i} AS t{i}" for i in range(inner.count("AS __mean"))
+    )
+    return f"{prefix}SELECT {columns} FROM ({inner})"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO MAX_GROUPS 3",
+        f"SELECT g, AVG({CLAMP}) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND AUTO MAX_GROUPS 2",
+        f"SELECT AVG({CLAMP}), SUM({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND AUTO",
+    ],
+)
+def test_the_fold_equals_one_filtered_aggregate_per_candidate(db, query):
+    keys = {"g": list(range(7))} if "GROUP BY" in query else None
+    query_plan = plan(analyze(query, db._catalog(), keys), epsilon=1, delta=1e-6)
+    statement = threshold_sql(query_plan)
+    secret = {"privsql_secret": 7} if "$privsql_secret" in statement else None
+    rows = db._con.execute(statement, secret).fetchall()
+    totals = len(query_plan.mean_sums)
+    folded = size_summary(rows, CANDIDATES, totals)
+    assert folded == filtered(db._con, per_unit(statement).replace("$privsql_secret", "7"), totals)
+    assert folded[0] > 0 and len(folded) == (len(CANDIDATES) + 1) * (1 + totals)
+
+
+def test_the_groups_fold_counts_units_touching_more_than_each_candidate(db):
+    query = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2"
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1, delta=1e-6)
+    rows = db._con.execute(groups_sql(query_plan)).fetchall()
+    touched = db._con.execute(
+        "SELECT count(DISTINCT g) FROM visits WHERE uid IS NOT NULL GROUP BY uid"
+    ).fetchall()
+    candidates = [0, 1, 3, 6, 7]
+    expected = (len(touched), *(sum(1 for (n,) in touched if n > c) for c in candidates))
+    assert size_summary(rows, candidates) == expected
