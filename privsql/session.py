@@ -450,14 +450,14 @@ class Session:
                 spent = search.epsilon
             query_plan = plan(bounded, epsilon=self.epsilon, delta=self.delta, spent=spent)
             if query_plan.group_search is not None:  # groups first: rows are capped per cell
-                candidates = query_plan.group_search.candidates
-                summary = engine.row(groups_sql(query_plan, candidates), secret)
+                counts = _group_counts(query_plan)
+                summary = engine.row(groups_sql(query_plan, counts), secret)
                 query_plan = plan(
                     bounded,
                     epsilon=self.epsilon,
                     delta=self.delta,
                     spent=spent,
-                    decided_groups=self._group_cap(query_plan, summary),
+                    decided_groups=self._group_cap(query_plan, counts, summary),
                 )
             if query_plan.search is not None:
                 summary = engine.row(threshold_sql(query_plan, CANDIDATES), secret)
@@ -502,15 +502,31 @@ class Session:
         )
         return query_plan.with_caps(decided["caps"])
 
-    def _group_cap(self, query_plan: Plan, summary: Sequence[int]) -> int:
+    def _group_cap(self, query_plan: Plan, counts: Sequence[int], summary: Sequence[int]) -> int:
         """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units
-        touch more than each candidate number of groups, with the group search's ε."""
+        touch more than each candidate number of groups, with the group search's ε. When
+        the keys are not listed, the number of groups is not public: half that ε goes to
+        ``udfs.bulk_top``, a private estimate of the most groups a unit touches, which
+        bounds the choice (docs/privacy.md, 3.3a)."""
         search = query_plan.group_search
         assert search is not None
-        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
-        return udfs.rank_threshold(
-            search.candidates, units, exceedances, search.rank, search.epsilon, self._rng
+        units = int(summary[0])
+        over = dict(zip(counts, (int(v) for v in summary[1:]), strict=True))
+        listed = len(counts) == len(search.candidates)
+        epsilon = search.epsilon if listed else search.epsilon / 2
+        chosen = udfs.rank_threshold(
+            search.candidates,
+            units,
+            [over[c] for c in search.candidates],
+            search.rank,
+            epsilon,
+            self._rng,
         )
+        if listed:
+            return chosen
+        fine = [over[c] for c in GROUP_COUNTS]
+        top = udfs.bulk_top(GROUP_COUNTS, units, fine, epsilon, self._rng)
+        return chosen if top is None else min(chosen, top)
 
     def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
@@ -538,18 +554,21 @@ class Session:
         width = len(CANDIDATES)
         units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
+        groups = query_plan.bounding.groups  # above 1: the summary ends with cell counts
+        end = len(summary) - (width if groups > 1 else 0)
+        cells = [int(v) for v in summary[end:]] if groups > 1 else exceedances
         caps = {}
         for rule in search.rules:
             if rule == "rank":
                 caps[rule] = udfs.rank_threshold(
-                    CANDIDATES, units, exceedances, search.rank, epsilon, self._rng
+                    CANDIDATES, units, cells, search.rank, epsilon, self._rng, groups
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
             means = [
                 ([int(v) for v in summary[start : start + width + 1]], total.bound)
                 for start, (total, _) in zip(
-                    range(width + 1, len(summary), width + 1), query_plan.mean_sums, strict=True
+                    range(width + 1, end, width + 1), query_plan.mean_sums, strict=True
                 )
             ]
             caps[rule] = udfs.variance_threshold(
@@ -580,6 +599,21 @@ class Session:
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
         )
+
+
+GROUP_COUNTS = tuple(range(1, 65))
+"""Numbers of groups whose units MAX_GROUPS AUTO also counts when the keys are not listed,
+so that its private estimate of the most groups a unit touches is exact up to 64."""
+
+
+def _group_counts(query_plan: Plan) -> tuple[int, ...]:
+    """The numbers of groups the MAX_GROUPS AUTO summary counts units above: the search's
+    candidates, and every number up to 64 when the keys are not listed."""
+    search = query_plan.group_search
+    assert search is not None
+    if all(k.size for k in query_plan.analysis.keys):
+        return search.candidates
+    return tuple(sorted({*search.candidates, *GROUP_COUNTS}))
 
 
 def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:

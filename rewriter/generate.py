@@ -185,11 +185,12 @@ def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
     """One row: the number of units, then how many have a kept cell of more than each
     candidate number of rows; then, for each AVG under EMMMR20's rule
     (``Plan.mean_sums``), the total of the units' rounded mean centred values, and that
-    total over the units with a kept cell of more than each candidate.
+    total over the units with a kept cell of more than each candidate; last, when
+    MAX_GROUPS is above 1, how many kept cells have more than each candidate number of rows.
 
     This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
-    Adding or removing a unit moves each count by at most one and each total by at most
-    the largest centred value (the mean's bound).
+    Adding or removing a unit moves each count by at most one (a count of cells by at most
+    MAX_GROUPS) and each total by at most the largest centred value (the mean's bound).
     """
     layout = _Layout.of(plan)
     means = [
@@ -210,10 +211,13 @@ def threshold_sql(plan: Plan, candidates: Sequence[int]) -> str:
             f"coalesce(sum(__mean{i}) FILTER (WHERE __largest > {c}), 0) AS __above{i}_{j}"
             for j, c in enumerate(candidates)
         ]
-    return (
-        f"{_with(_common(plan, layout))}\n"
-        f"SELECT count(*) AS __units, {', '.join(counts)} FROM ({largest})"
-    )
+    summary = f"SELECT count(*) AS __units, {', '.join(counts)} FROM ({largest})"
+    if plan.bounding.groups > 1:  # the rank rule's per-cell counts, last
+        cells = ", ".join(
+            f"count(*) FILTER (WHERE __rows > {c}) AS __cells{i}" for i, c in enumerate(candidates)
+        )
+        summary = f"SELECT * FROM ({summary}) CROSS JOIN (SELECT {cells} FROM __chosen)"
+    return f"{_with(_common(plan, layout))}\n{summary}"
 
 
 def groups_sql(plan: Plan, candidates: Sequence[int]) -> str:

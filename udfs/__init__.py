@@ -29,6 +29,7 @@ from udfs.register import (
 )
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
+    bulk_top,
     magnitude_bounds,
     noisy_histograms,
     rank_threshold,
@@ -46,6 +47,7 @@ __all__ = [
     "UdfNameConflict",
     "UdfNames",
     "bernoulli_exp",
+    "bulk_top",
     "keep_partitions",
     "laplace_halfwidth",
     "laplace_release",
