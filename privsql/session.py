@@ -51,6 +51,7 @@ from rewriter.generate import (
     threshold_sql,
 )
 from rewriter.plan import (
+    BUCKETS,
     CANDIDATES,
     MAGNITUDES,
     BoundsSearch,
@@ -559,9 +560,10 @@ class Session:
         cells = [int(v) for v in summary[end:]] if groups > 1 else exceedances
         caps = {}
         for rule in search.rules:
-            if rule == "rank":
+            if rule in ("rank", "quantile"):
+                rank = search.rank if rule == "rank" else _quantile_rank(query_plan)
                 caps[rule] = udfs.rank_threshold(
-                    CANDIDATES, units, cells, search.rank, epsilon, self._rng, groups
+                    CANDIDATES, units, cells, rank, epsilon, self._rng, groups
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
@@ -599,6 +601,20 @@ class Session:
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
         )
+
+
+def _quantile_rank(query_plan: Plan) -> int:
+    """The rank rule's target for the quantiles' cap: their interval's widest reach per row
+    of cap (``udfs.quantile_reach``), for every released group and kept cell of a unit."""
+    search = query_plan.search
+    assert search is not None
+    cells = search.noise_factor // query_plan.bounding.groups  # G released groups · m
+    reach = max(
+        udfs.quantile_reach(m.quantile[0], BUCKETS, m.epsilon, m.interval_epsilon)
+        for m in query_plan.measurements
+        if m.quantile is not None and m.rule == "quantile"
+    )
+    return math.ceil(cells * reach)
 
 
 GROUP_COUNTS = tuple(range(1, 65))

