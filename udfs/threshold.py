@@ -33,7 +33,7 @@ GAP = 5
 MARGIN = 1
 """Grid steps (×1.5 each) the rank rule's answer sits above the candidate it selects."""
 
-BULK_FAILURE = 0.05
+BULK_FAILURE = 0.2
 """Chance that noise alone lets an empty bin pass ``bulk_top``'s threshold (see there)."""
 
 BOUNDS_FAILURE = 1e-3
