@@ -225,7 +225,7 @@ def explain(
         if search is None
         else " and ".join(
             {
-                "rank": f"about {search.rank} units above the cap",
+                "rank": f"about {search.rank} cells (unit, group) above the cap",
                 "quantile": "the cap balancing a quantile interval's reach and its bias",
                 "variance": "EMMMR20's v(h) minimiser for AVG",
             }[rule]
