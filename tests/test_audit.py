@@ -591,9 +591,9 @@ def test_rank_rule_counts_cells(spread_cells, weaken):
 
 @pytest.fixture(scope="module")
 def few_groups() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
-    """D for ``udfs.bulk_top``: 40 units touch 2 groups and 3 units touch 5."""
+    """D for ``udfs.bulk_top``: 40 units touch 2 groups and 2 units touch 5."""
     yield from database(
-        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(43) AS a(u), "
+        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(42) AS a(u), "
         "range(5) AS b(g) WHERE g < CASE WHEN u < 40 THEN 2 ELSE 5 END"
     )
 
@@ -603,8 +603,9 @@ def test_groups_bound_when_keys_are_private(few_groups, weaken):
     """``udfs.bulk_top``, MAX_GROUPS AUTO's private bound on the most groups a unit touches
     (keys not listed), on the summary the SQL computes on D and on D' (one more unit in 5
     groups), at the half of ε_g it gets, is ε_b-DP. Here ε_b = 2, so the threshold is
-    3.6 units: the top bin (4, 5] passes on D when its noise is at least 1, on D' when it
-    is at least 0, e^ε_b more likely: the worst case of the Laplace tail."""
+    ln(65/0.2)/2 ≈ 2.9 units: the top bin (4, 5] (2 units on D, 3 on D') passes on D when
+    its noise is at least 1, on D' when it is at least 0, e^ε_b more likely: the worst case
+    of the Laplace tail."""
     con, db = few_groups
     sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 40"
     query_plan = plan(analyze(sql, db._catalog()), epsilon=1, delta=0.1)
