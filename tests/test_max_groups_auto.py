@@ -65,8 +65,9 @@ def run(con, sql: str, keys: dict, truth: dict, seed: int, runs: int) -> dict[st
 
 def test_max_groups_auto_recovers_rows_max_groups_1_drops(con):
     """Ratings per month at ε = 1 over 5 runs: MAX_GROUPS AUTO picks all 12 months and keeps
-    most rows (released total 79–82% of the truth; mean relative error per month 0.19, the
-    row cap AKMV19's rule then picks per cell costing the rest), where MAX_GROUPS 1 (the
+    most rows (released total 79–82% of the truth and mean relative error per month 0.19
+    while the rank rule counted units; 0.10–0.12 now that it counts cells, see
+    ``test_row_cap_counts_cells_not_units``), where MAX_GROUPS 1 (the
     former default) keeps one month per user, is off by 92% on average, and says so: 75%
     of its cells are flagged (the check's noise, 12/ε_b for 12 public months, hides the
     rest)."""
