@@ -216,9 +216,11 @@ def explain(
         "search": None
         if search is None
         else " and ".join(
-            f"about {search.rank} units above the cap"
-            if rule == "rank"
-            else "EMMMR20's v(h) minimiser for AVG"
+            {
+                "rank": f"about {search.rank} cells (unit, group) above the cap",
+                "quantile": "the cap balancing a quantile interval's reach and its bias",
+                "variance": "EMMMR20's v(h) minimiser for AVG",
+            }[rule]
             for rule in search.rules
         ),
         "search_epsilon": 0.0 if search is None else search.epsilon,

@@ -54,11 +54,14 @@ from rewriter.generate import (
     Functions,
 )
 from rewriter.plan import (
+    BUCKETS,
     CANDIDATES,
+    GROUP_COUNTS,
     MAGNITUDES,
     BoundsSearch,
     Plan,
     charged_delta,
+    group_counts,
 )
 from rewriter.temporal import restore_sql
 
@@ -480,7 +483,8 @@ class Session:
             return replace(decided, bounds=bounds, spent=search.estimating.epsilon)
         assert search.plan is not None
         if search.step == "groups":
-            return replace(decided, groups=self._group_cap(search.plan, summary))
+            counts = group_counts(search.plan)
+            return replace(decided, groups=self._group_cap(search.plan, counts, summary))
         return replace(decided, caps=self._thresholds(search.plan, summary))
 
     def _check_affordable(self, epsilon: float, delta: float) -> None:
@@ -488,15 +492,31 @@ class Session:
         database's or the analyst's budget)."""
         self._ledger.check_affordable(epsilon, delta)
 
-    def _group_cap(self, query_plan: Plan, summary: Sequence[int]) -> int:
+    def _group_cap(self, query_plan: Plan, counts: Sequence[int], summary: Sequence[int]) -> int:
         """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units
-        touch more than each candidate number of groups, with the group search's ε."""
+        touch more than each candidate number of groups, with the group search's ε. When
+        the keys are not listed, the number of groups is not public: half that ε goes to
+        ``udfs.bulk_top``, a private estimate of the most groups a unit touches, which
+        bounds the choice (docs/privacy.md, 3.3a)."""
         search = query_plan.group_search
         assert search is not None
-        units, exceedances = int(summary[0]), [int(v) for v in summary[1:]]
-        return udfs.rank_threshold(
-            search.candidates, units, exceedances, search.rank, search.epsilon, self._rng
+        units = int(summary[0])
+        over = dict(zip(counts, (int(v) for v in summary[1:]), strict=True))
+        listed = len(counts) == len(search.candidates)
+        epsilon = search.epsilon if listed else search.epsilon / 2
+        chosen = udfs.rank_threshold(
+            search.candidates,
+            units,
+            [over[c] for c in search.candidates],
+            search.rank,
+            epsilon,
+            self._rng,
         )
+        if listed:
+            return chosen
+        fine = [over[c] for c in GROUP_COUNTS]
+        top = udfs.bulk_top(GROUP_COUNTS, units, fine, epsilon, self._rng)
+        return chosen if top is None else min(chosen, top)
 
     def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
@@ -529,18 +549,22 @@ class Session:
         width = len(CANDIDATES)
         units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
+        groups = query_plan.bounding.groups  # above 1: the summary ends with cell counts
+        end = len(summary) - (width if groups > 1 else 0)
+        cells = [int(v) for v in summary[end:]] if groups > 1 else exceedances
         caps = {}
         for rule in search.rules:
-            if rule == "rank":
+            if rule in ("rank", "quantile"):
+                rank = search.rank if rule == "rank" else _quantile_rank(query_plan)
                 caps[rule] = udfs.rank_threshold(
-                    CANDIDATES, units, exceedances, search.rank, epsilon, self._rng
+                    CANDIDATES, units, cells, rank, epsilon, self._rng, groups
                 )
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
             means = [
                 ([int(v) for v in summary[start : start + width + 1]], total.bound)
                 for start, (total, _) in zip(
-                    range(width + 1, len(summary), width + 1), query_plan.mean_sums, strict=True
+                    range(width + 1, end, width + 1), query_plan.mean_sums, strict=True
                 )
             ]
             caps[rule] = udfs.variance_threshold(
@@ -586,6 +610,20 @@ def _progress_after(progress: bool | float) -> float | None:
     if not (math.isfinite(progress) and progress >= 0):
         raise ValueError("progress= takes True, False or a number of seconds, at least 0")
     return float(progress)
+
+
+def _quantile_rank(query_plan: Plan) -> int:
+    """The rank rule's target for the quantiles' cap: their interval's widest reach per row
+    of cap (``udfs.quantile_reach``), for every released group and kept cell of a unit."""
+    search = query_plan.search
+    assert search is not None
+    cells = search.noise_factor // query_plan.bounding.groups  # G released groups · m
+    reach = max(
+        udfs.quantile_reach(m.quantile[0], BUCKETS, m.epsilon, m.interval_epsilon)
+        for m in query_plan.measurements
+        if m.quantile is not None and m.rule == "quantile"
+    )
+    return math.ceil(cells * reach)
 
 
 def _choices(query_plan: Plan) -> str:

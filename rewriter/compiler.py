@@ -28,7 +28,15 @@ from rewriter.generate import (
     stages,
     threshold_sql,
 )
-from rewriter.plan import CANDIDATES, MAGNITUDES, BoundsSearch, Plan, bounds_search, plan
+from rewriter.plan import (
+    CANDIDATES,
+    MAGNITUDES,
+    BoundsSearch,
+    Plan,
+    bounds_search,
+    group_counts,
+    plan,
+)
 
 
 @dataclass(frozen=True)
@@ -91,24 +99,28 @@ class Compiled:
 
 def threshold_search(query_plan: Plan) -> Search:
     """The AUTO caps' search: how many units have a kept cell above each candidate size
-    (and, for EMMMR20's rule, the totals of their mean values)."""
+    (and, for EMMMR20's rule, the totals of their mean values); when MAX_GROUPS is above 1,
+    then how many kept cells are above each candidate size."""
     totals = len(query_plan.mean_sums)
-    return Search(
-        "threshold",
-        threshold_sql(query_plan),
-        lambda rows: size_summary(rows, CANDIDATES, totals),
-        plan=query_plan,
-    )
+
+    def summary(rows: Sequence[Sequence[object]]) -> tuple[int, ...]:
+        units = size_summary([r[1:] for r in rows if not r[0]], CANDIDATES, totals)
+        if query_plan.bounding.groups == 1:
+            return units
+        return units + size_summary([r[1:3] for r in rows if r[0]], CANDIDATES)[1:]
+
+    return Search("threshold", threshold_sql(query_plan), summary, plan=query_plan)
 
 
 def groups_search(query_plan: Plan) -> Search:
-    """MAX_GROUPS AUTO's search: how many units touch more than each candidate of groups."""
+    """MAX_GROUPS AUTO's search: how many units touch more than each number of groups in
+    ``group_counts`` (the candidates, and every number up to 64 when keys are not listed)."""
     assert query_plan.group_search is not None
-    candidates = query_plan.group_search.candidates
+    counts = group_counts(query_plan)
     return Search(
         "groups",
         groups_sql(query_plan),
-        lambda rows: size_summary(rows, candidates),
+        lambda rows: size_summary(rows, counts),
         plan=query_plan,
     )
 

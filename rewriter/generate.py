@@ -184,16 +184,19 @@ def generate(plan: Plan, functions: Functions) -> str:
 
 
 def threshold_sql(plan: Plan) -> str:
-    """Rows, one per size of a unit's largest kept cell: that number of rows, how many
-    units have it, then, for each AVG under EMMMR20's rule (``Plan.mean_sums``), the total
-    of those units' rounded mean centred values. ``size_summary`` folds them into the
-    counts over each candidate cap.
+    """Rows, one per size of a unit's largest kept cell: ``false``, that number of rows, how
+    many units have it, then, for each AVG under EMMMR20's rule (``Plan.mean_sums``), the
+    total of those units' rounded mean centred values; when MAX_GROUPS is above 1, also one
+    row per size of a kept cell: ``true``, that number of rows and how many cells have it
+    (the rank rule counts cells). ``compiler.threshold_search`` folds them with
+    ``size_summary`` into the counts over each candidate cap.
 
     This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
-    Adding or removing a unit moves each count by at most one and each total by at most
-    the largest centred value (the mean's bound). The sizes are few — distinct sizes
-    summing to at most the number of rows, so fewer than √(2·rows) — and one grouped
-    statement costs the engine far less to plan than one aggregate per candidate.
+    Adding or removing a unit moves each unit count by at most one, each cell count by at
+    most MAX_GROUPS and each total by at most the largest centred value (the mean's bound).
+    The sizes are few — distinct sizes summing to at most the number of rows, so fewer than
+    √(2·rows) — and one grouped statement costs the engine far less to plan than one
+    aggregate per candidate.
     """
     layout = _Layout.of(plan)
     means = [
@@ -206,10 +209,11 @@ def threshold_sql(plan: Plan) -> str:
         "FROM __chosen GROUP BY __unit"
     )
     totals = "".join(f", sum(__mean{i}) AS __total{i}" for i in range(len(means)))
-    return (
-        f"{_with(_common(plan, layout))}\n"
-        f"SELECT __size, count(*) AS __units{totals} FROM ({largest}) GROUP BY __size"
-    )
+    summary = f"SELECT false, __size, count(*) AS __units{totals} FROM ({largest}) GROUP BY __size"
+    if plan.bounding.groups > 1:
+        none = "".join(f", NULL AS __total{i}" for i in range(len(means)))
+        summary += f"\nUNION ALL SELECT true, __rows, count(*){none} FROM __chosen GROUP BY __rows"
+    return f"{_with(_common(plan, layout))}\n{summary}"
 
 
 def size_summary(

@@ -117,7 +117,8 @@ class Measurement:
     """For a ``histogram``: the ε, beyond ``epsilon``, spent on the quantile's interval."""
     rule: str = "rank"
     """Which AUTO threshold bounds it: AVG's sum and count share the minimiser of bias²
-    plus EMMMR20's v(h) under WEIGHTS AUTO; everything else AKMV19's rank rule."""
+    plus EMMMR20's v(h) under WEIGHTS AUTO, and a quantile's histogram the rank rule with
+    its interval's rank reach (``quantile``); everything else AKMV19's rank rule."""
 
     @property
     def unit(self) -> float:
@@ -484,7 +485,9 @@ class _Builder:
         if form == Form.QUANTILE:
             p = aggregate.p if aggregate.p is not None else 0.5
             point = epsilon * (1 - INTERVAL_SHARE)
+            self.rule = "quantile" if self.mean_rule == "variance" else "rank"
             m = self.measure("histogram", _bucket(aggregate.argument, low, high), 1, point)
+            self.rule = "rank"
             m = replace(m, quantile=(p, low, high), interval_epsilon=epsilon - point)
             self.measurements[-1] = m
             value = exp.StructExtract(
@@ -660,3 +663,18 @@ def _mean(total: Measurement, count: Measurement, grid: Grid) -> exp.Expr:
         exp.func("greatest", estimate, _double(grid.low * step)),
         _double(grid.high * step),
     )
+
+
+GROUP_COUNTS = tuple(range(1, 65))
+"""Numbers of groups whose units MAX_GROUPS AUTO also counts when the keys are not listed,
+so that its private estimate of the most groups a unit touches is exact up to 64."""
+
+
+def group_counts(query_plan: Plan) -> tuple[int, ...]:
+    """The numbers of groups the MAX_GROUPS AUTO summary counts units above: the search's
+    candidates, and every number up to 64 when the keys are not listed."""
+    search = query_plan.group_search
+    assert search is not None
+    if all(k.size for k in query_plan.analysis.keys):
+        return search.candidates
+    return tuple(sorted({*search.candidates, *GROUP_COUNTS}))

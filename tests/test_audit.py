@@ -33,6 +33,7 @@ from exact_release import install
 
 import privsql
 import udfs
+from privsql.session import GROUP_COUNTS
 from rewriter.analyze import analyze
 from rewriter.generate import bounds_sql, groups_sql, size_summary
 from rewriter.plan import (
@@ -538,10 +539,96 @@ def test_group_cap_search(touched, weaken):
     summaries = (before, after)
 
     def sample(neighbour: bool, n: int) -> list[int]:
-        return [db._group_cap(query_plan, summaries[neighbour]) for _ in range(n)]
+        return [
+            db._group_cap(query_plan, search.candidates, summaries[neighbour]) for _ in range(n)
+        ]
 
     with noise(weaken):
         check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+@pytest.fixture(scope="module")
+def spread_cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """``cells`` in each of 4 groups: every unit has 4 cells of 17 rows (100 units), 20
+    (1) or 30 (9), so 40 cells lie above 17 rows and 36 above 26. With r = 40 cells wanted
+    above the cap, the rank rule's per-cell scores −|C − r|/m (m = MAX_GROUPS 4) put 17 and
+    26 one apart, plus a prior step; a unit of 10⁴ rows in 4 groups adds 4 cells above both
+    and moves the gap by 2: permute-and-flip's worst case, as in ``cells``."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(110) AS a(u), "
+        "range(4) AS c(g), range(30) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 "
+        "WHEN u = 100 THEN 20 ELSE 30 END"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_rank_rule_counts_cells(spread_cells, weaken):
+    """The rank rule on per-cell counts (MAX_GROUPS above 1), whose sensitivity is m, with
+    its scores divided by m, from the summary the SQL computes on D and on D' (D plus a unit
+    of 10⁴ rows in each of 4 groups) is ε_auto-DP; 104 public groups set r to 40 cells."""
+    con, db = spread_cells
+    sql = (
+        "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS AUTO MAX_GROUPS 4 "
+        "EPSILON 13"
+    )
+    query_plan = plan(analyze(sql, db._catalog(), {"g": list(range(104))}), epsilon=1, delta=0.1)
+    search = query_plan.search
+    assert (search.rules, search.rank) == (("rank",), 40)
+    before = db._threshold_summary(query_plan)
+    insert = "INSERT INTO visits SELECT 999999, g, 1.0 FROM range(4) AS a(g), range(10000)"
+    with neighbours.with_rows(con, insert):
+        after = db._threshold_summary(query_plan)
+    summaries = (before, after)
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        return [db._thresholds(query_plan, summaries[neighbour])["rank"] for _ in range(n)]
+
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+@pytest.fixture(scope="module")
+def few_groups() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for ``udfs.bulk_top``: 40 units touch 2 groups and 2 units touch 5."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(42) AS a(u), "
+        "range(5) AS b(g) WHERE g < CASE WHEN u < 40 THEN 2 ELSE 5 END"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_groups_bound_when_keys_are_private(few_groups, weaken):
+    """``udfs.bulk_top``, MAX_GROUPS AUTO's private bound on the most groups a unit touches
+    (keys not listed), on the summary the SQL computes on D and on D' (one more unit in 5
+    groups), at the half of ε_g it gets, is ε_b-DP. Here ε_b = 2, so the threshold is
+    ln(65/0.2)/2 ≈ 2.9 units: the top bin (4, 5] (2 units on D, 3 on D') passes on D when
+    its noise is at least 1, on D' when it is at least 0, e^ε_b more likely: the worst case
+    of the Laplace tail."""
+    con, db = few_groups
+    sql = "SELECT g, COUNT(*) FROM visits GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 40"
+    query_plan = plan(analyze(sql, db._catalog()), epsilon=1, delta=0.1)
+    epsilon = query_plan.group_search.epsilon / 2
+    assert epsilon == pytest.approx(2.0)
+    query = groups_sql(query_plan)
+
+    def summary() -> tuple[int, ...]:
+        return size_summary(db._engine.rows(query, db._ledger.secret), GROUP_COUNTS)
+
+    before = summary()
+    insert = "INSERT INTO visits SELECT 999999, g, 1.0 FROM range(5) AS a(g)"
+    with neighbours.with_rows(con, insert):
+        after = summary()
+    assert after[0] == before[0] + 1
+    summaries = (before, after)
+    rng = udfs.SeededRandom(20261123, insecure=True)
+
+    def sample(neighbour: bool, n: int) -> list[float]:
+        units, over = int(summaries[neighbour][0]), [int(v) for v in summaries[neighbour][1:]]
+        tops = [udfs.bulk_top(GROUP_COUNTS, units, over, epsilon, rng) for _ in range(n)]
+        return [-1.0 if t is None else float(t) for t in tops]
+
+    with noise(weaken):
+        check(audit(sample, epsilon, samples=10_000, selection_samples=2_000), weaken)
 
 
 CHECKED = {

@@ -143,9 +143,10 @@ def test_release_passes_at_declared_epsilon_and_fails_with_too_little_noise(neig
 
 @pytest.mark.parametrize("bound", ["BOUND ROWS AUTO", "BOUND AUTO"])
 def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
-    """The inputs of the AUTO threshold search and the bounds estimate: each count moves
-    by at most one when a unit (here with 10⁴ extreme rows in every group) is added, each
-    total of mean values by at most the mean's bound."""
+    """The inputs of the AUTO threshold search and the bounds estimate: each count of units
+    moves by at most one when a unit (here with 10⁴ extreme rows in every group) is added,
+    each count of kept cells by at most MAX_GROUPS, each total of mean values by at most
+    the mean's bound."""
     db = privsql.connect(neighbours, budget=1e9, seed=1, insecure=True)
     sql = (
         "SELECT g, SUM(v) AS s, AVG(v) AS a FROM visits GROUP BY g "
@@ -175,6 +176,12 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
     after = summaries()
     neighbours.execute("ROLLBACK")
     moved = [abs(a - b) for a, b in zip(after, before, strict=True)]
+    # With MAX_GROUPS m > 1 the rank rule's counts of kept cells come last: a unit has at
+    # most m kept cells, so each moves by at most m (here exactly: the unit fills m cells).
+    groups = query_plan.bounding.groups
+    assert groups == 2
+    assert max(moved[-len(CANDIDATES) :]) == groups
+    moved = moved[: -len(CANDIDATES)]
     # Under BOUND AUTO each AVG's totals of units' mean values come last (v(h)'s bias
     # term): they move by at most the mean's bound, here exactly (the unit's mean is −B).
     width = len(CANDIDATES) + 1

@@ -203,7 +203,7 @@ def released_columns(db: privsql.Session, sql: str) -> tuple[exp.Select, exp.Sel
     analysis = analysis.with_bounds({to_sql(a.node): (0.0, 1.0) for a in analysis.unbounded})
     query_plan = plan(analysis, epsilon=db.epsilon, delta=db.delta)
     if query_plan.search is not None:
-        query_plan = query_plan.with_caps({"rank": 3, "variance": 3})
+        query_plan = query_plan.with_caps({"rank": 3, "variance": 3, "quantile": 3})
     statement = sqlglot.parse_one(generate(query_plan, FUNCTIONS), read="duckdb")
     ctes = {cte.alias: cte.this for cte in statement.args["with_"].expressions}
     return ctes["__released"], statement

