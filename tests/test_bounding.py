@@ -20,8 +20,9 @@ from exact_release import IDENTITY, install
 import privsql
 import udfs
 from rewriter.analyze import analyze
+from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
-from rewriter.generate import bounds_sql, generate, size_summary, threshold_sql
+from rewriter.generate import bounds_sql, generate
 from rewriter.plan import CANDIDATES, MAGNITUDES, plan
 
 stats = pytest.importorskip("scipy.stats")
@@ -160,15 +161,14 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
         epsilon=1.0,
         delta=1e-6,
     )
-    search = threshold_sql(query_plan)
+    search = threshold_search(query_plan)
 
     def summaries() -> list[int]:
         rows = [
             neighbours.execute(q, {"privsql_secret": 3} if "$privsql" in q else None).fetchall()
-            for q in (estimate, search)
+            for q in (estimate, search.statement)
         ]
-        found = size_summary(rows[1], CANDIDATES, len(query_plan.mean_sums))
-        return [int(v) for v in (*rows[0][0], *found)]
+        return [int(v) for v in (*rows[0][0], *search.summary(rows[1]))]
 
     before = summaries()
     neighbours.execute("BEGIN TRANSACTION")

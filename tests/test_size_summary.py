@@ -1,6 +1,6 @@
 """The AUTO searches' summaries (``threshold_sql``, ``groups_sql``) are histograms of
-per-unit sizes folded in Python (``size_summary``): the fold must give exactly what one
-filtered aggregate per candidate gives in SQL."""
+per-unit (and per-cell) sizes folded in Python (``size_summary``): the fold must give exactly
+what one filtered aggregate per candidate gives in SQL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 import privsql
 from rewriter.analyze import analyze
-from rewriter.generate import groups_sql, size_summary, threshold_sql
+from rewriter.compiler import threshold_search
+from rewriter.generate import groups_sql, size_summary
 from rewriter.plan import CANDIDATES, plan
 
 CLAMP = "v CLAMPED BETWEEN 0 AND 100"
@@ -36,15 +37,29 @@ def filtered(con, sizes_sql: str, totals: int) -> tuple[int, ...]:
     return tuple(int(v) for v in row)
 
 
+def split(statement: str) -> tuple[str, str]:
+    """``statement``'s common part (its WITH clause) and its per-unit histogram's inner query."""
+    units = statement.split("\nUNION ALL ")[0]
+    head, _, inner = units.rpartition("FROM (")
+    return head[: head.rindex("SELECT false, __size")], inner.removesuffix(") GROUP BY __size")
+
+
 def per_unit(statement: str) -> str:
     """``statement`` with its final histogram replaced by the per-unit sizes it groups."""
-    head, _, inner = statement.rpartition("FROM (")
-    inner = inner.removesuffix(") GROUP BY __size")
-    prefix = head[: head.rindex("SELECT __size")]
+    prefix, inner = split(statement)
     columns = "__size AS s" + "".join(
         f", __mean{i} AS t{i}" for i in range(inner.count("AS __mean"))
     )
     return f"{prefix}SELECT {columns} FROM ({inner})"
+
+
+def cells(con, statement: str) -> tuple[int, ...]:
+    """What one ``FILTER`` aggregate per candidate returns over the kept cells' sizes."""
+    prefix, _ = split(statement)
+    columns = ", ".join(f"count(*) FILTER (WHERE __rows > {c})" for c in CANDIDATES)
+    return tuple(
+        int(v) for v in con.execute(f"{prefix}SELECT {columns} FROM __chosen").fetchall()[0]
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,15 +71,20 @@ def per_unit(statement: str) -> str:
     ],
 )
 def test_the_fold_equals_one_filtered_aggregate_per_candidate(db, query):
+    """Units above each candidate (and their mean totals), then, with MAX_GROUPS above 1,
+    the kept cells above each candidate (the rank rule's per-cell counts)."""
     keys = {"g": list(range(7))} if "GROUP BY" in query else None
     query_plan = plan(analyze(query, db._catalog(), keys), epsilon=1, delta=1e-6)
-    statement = threshold_sql(query_plan)
-    secret = {"privsql_secret": 7} if "$privsql_secret" in statement else None
-    rows = db._con.execute(statement, secret).fetchall()
+    search = threshold_search(query_plan)
+    secret = {"privsql_secret": 7} if "$privsql_secret" in search.statement else None
+    folded = search.summary(db._con.execute(search.statement, secret).fetchall())
+    statement = search.statement.replace("$privsql_secret", "7")
     totals = len(query_plan.mean_sums)
-    folded = size_summary(rows, CANDIDATES, totals)
-    assert folded == filtered(db._con, per_unit(statement).replace("$privsql_secret", "7"), totals)
-    assert folded[0] > 0 and len(folded) == (len(CANDIDATES) + 1) * (1 + totals)
+    expected = filtered(db._con, per_unit(statement), totals)
+    if query_plan.bounding.groups > 1:
+        expected += cells(db._con, statement)
+    assert folded == expected
+    assert folded[0] > 0
 
 
 def test_the_groups_fold_counts_units_touching_more_than_each_candidate(db):
