@@ -60,8 +60,8 @@ def start(
 ) -> Running:
     """Serve ``database`` from a background thread; ``port=0`` picks a free port.
 
-    Returns the address and a ``stop()`` that closes the listening socket and the
-    database (clients still connected are cut off).
+    Returns the address and a ``stop()`` that closes the listening socket, cuts off the
+    clients still connected (a query running finishes first) and closes the database.
     """
     server, backend = _server(database, host, port, share_answers)
     thread = threading.Thread(target=server.serve_forever, name="privsql-serve", daemon=True)
@@ -71,6 +71,7 @@ def start(
         server.shutdown()
         server.server_close()
         thread.join()
+        server.disconnect_all()
         backend.close()
 
     bound_host, bound_port = server.server_address[:2]
@@ -96,4 +97,5 @@ def serve(
         pass
     finally:
         server.server_close()
+        server.disconnect_all()
         backend.close()

@@ -179,6 +179,7 @@ class Backend:
         self.name = path.stem
         self.mirror = SchemaMirror(self._con, self.name)
         self._pools: dict[str, list[Session]] = {}
+        self._closed = False
         self._lock = threading.Lock()
 
     def verifier(self, analyst: str) -> str | None:
@@ -203,11 +204,16 @@ class Backend:
         return ClientSession(self, analyst, session)
 
     def give_back(self, analyst: str, session: Session) -> None:
+        """Return a borrowed session to its analyst's pool (closed, once the backend is)."""
         with self._lock:
-            self._pools.setdefault(analyst, []).append(session)
+            if not self._closed:
+                self._pools.setdefault(analyst, []).append(session)
+                return
+        session.close()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             sessions = [s for pool in self._pools.values() for s in pool]
             self._pools.clear()
         for session in sessions:

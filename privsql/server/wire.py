@@ -21,6 +21,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 
 from buenavista.postgres import (
     BuenaVistaHandler,
@@ -71,7 +72,7 @@ class Handler(BuenaVistaHandler):
         self.request.settimeout(STARTUP_TIMEOUT)
         self.r = BVBuffer(self.rfile)
         ctx, analyst = None, ""
-        if not self.server.admit():
+        if not self.server.admit(self.request):
             self._error(sqlstate.TOO_MANY_CONNECTIONS, "too many clients already")
             return
         try:
@@ -99,7 +100,7 @@ class Handler(BuenaVistaHandler):
         finally:
             if ctx is not None:
                 ctx.session.close()
-            self.server.leave()
+            self.server.leave(self.request)
 
     # -- start-up and authentication --------------------------------------------------------
 
@@ -313,12 +314,35 @@ class Server(BuenaVistaServer):
         self.RequestHandlerClass = Handler
         self.backend = backend
         self._clients = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._connected: set[socket.socket] = set()
+        self._connected_lock = threading.Lock()
 
     def verify_request(self, request: socket.socket, client_address: tuple) -> bool:
         return True  # who may connect is decided by the address served on and by passwords
 
-    def admit(self) -> bool:
-        return self._clients.acquire(blocking=False)
+    def admit(self, client: socket.socket) -> bool:
+        """Count a client in, unless MAX_CONNECTIONS are connected."""
+        if not self._clients.acquire(blocking=False):
+            return False
+        with self._connected_lock:
+            self._connected.add(client)
+        return True
 
-    def leave(self) -> None:
+    def leave(self, client: socket.socket) -> None:
+        with self._connected_lock:
+            self._connected.discard(client)
         self._clients.release()
+
+    def disconnect_all(self, timeout: float = 10.0) -> None:
+        """End every client's connection, and wait up to ``timeout`` for their handlers to
+        finish (a query running finishes first: its answer is charged)."""
+        with self._connected_lock:
+            clients = list(self._connected)
+        for client in clients:
+            try:
+                client.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+        deadline = time.monotonic() + timeout
+        while self._connected and time.monotonic() < deadline:
+            time.sleep(0.01)
