@@ -22,9 +22,10 @@ DuckDB's are the same tree: the analyser checks this tree and generation compile
 from __future__ import annotations
 
 import difflib
+import glob
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlglot
@@ -34,7 +35,13 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from rewriter.catalog import Catalog, reader_paths
-from rewriter.errors import QuerySyntaxError, StatementNotAllowed, UnknownName, UnsupportedQuery
+from rewriter.errors import (
+    PrivacyError,
+    QuerySyntaxError,
+    StatementNotAllowed,
+    UnknownName,
+    UnsupportedQuery,
+)
 
 CTE_PREFIX = "__cte_"
 SOURCE_PREFIX = "__source_"
@@ -93,7 +100,7 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
         raise UnsupportedQuery(f"views nested more than {VIEW_DEPTH} deep are not supported")
     stands = _stand_in(query, scopes, catalog)
     schema = {
-        name: {column: "UNKNOWN" for column in catalog.columns(_reader_sql(stand.source))}
+        name: {column: "UNKNOWN" for column in _columns(stand.source, catalog)}
         for name, stand in stands.items()
     }
     for name, columns in schema.items():
@@ -122,6 +129,19 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
         source.meta[IDENTITY] = catalog.identity(stand.source)
         table.replace(source)
     return query
+
+
+def _columns(source: exp.Table, catalog: Catalog) -> Sequence[str]:
+    """A source's column names; a file reader none of whose paths names a file is an
+    unknown name (the paths are the analyst's, and only local ones get this far)."""
+    try:
+        return catalog.columns(_reader_sql(source))
+    except PrivacyError:
+        if isinstance(source.this, exp.Func):
+            paths = [p.name for p in reader_paths(source.this)]
+            if not any(glob.glob(os.path.expanduser(p)) for p in paths):
+                raise UnknownName(f"no file matches {', '.join(map(repr, paths))}") from None
+        raise
 
 
 def _unmerge_unit(query: exp.Query) -> None:

@@ -137,6 +137,19 @@ def test_unknown_names_are_said_with_candidates_from_the_catalogue(
     assert refused(db, sql, UnknownName) == f"[unknown-name] {said}"
 
 
+def test_a_parquet_path_that_names_no_file_is_an_unknown_name(
+    db: privsql.Session, tmp_path
+) -> None:
+    missing = tmp_path / "visitz.parquet"
+    for source in (f"read_parquet('{missing}')", f"'{missing}'"):
+        message = refused(db, f"SELECT COUNT(*) FROM {source} {UNIT}", UnknownName)
+        assert message == f"[unknown-name] no file matches '{missing}'"
+    (tmp_path / "notes.parquet").write_text("not parquet")
+    with pytest.raises(PrivacyError) as info:
+        db.sql(f"SELECT COUNT(*) FROM read_parquet('{tmp_path}/notes.parquet') {UNIT}")
+    assert not isinstance(info.value, UnknownName)
+
+
 def test_candidates_never_include_privsqls_own_tables(db: privsql.Session) -> None:
     message = refused(db, f"SELECT COUNT(*) FROM budgett {UNIT}", UnknownName)
     assert "privsql" not in message
