@@ -279,17 +279,30 @@ def check_source(table: exp.Table) -> None:
             f"table function {name} is not allowed: read tables, views or Parquet files"
         )
     reader = table.this
-    given = [reader.this] if reader.this is not None else []
-    if len([*given, *reader.expressions]) != 1:
+    arguments = [reader.this] if reader.this is not None else []
+    arguments += [a for a in reader.expressions if not _allowed_option(a)]
+    if len(arguments) != 1:
         raise StatementNotAllowed(
-            f"{name} takes only a path: reader options (schema=, filename=, "
-            "hive_partitioning=, ...) could rename, retype or add columns"
+            f"{name} takes a path and at most hive_partitioning = true|false: other reader "
+            "options (schema=, filename=, union_by_name=, ...) could rename, retype or add "
+            "columns"
         )
     paths = reader_paths(reader)
     if not paths or not all(isinstance(p, exp.Literal) and p.is_string for p in paths):
         raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
     if any(URI.match(p.name) for p in paths):
         raise StatementNotAllowed(f"{name} reads local paths only, not URLs")
+
+
+def _allowed_option(argument: exp.Expr) -> bool:
+    """``hive_partitioning = true|false``: the columns it adds are named by the owner's
+    directories (DuckDB also finds them on its own); no other reader option is allowed."""
+    return (
+        isinstance(argument, (exp.EQ, exp.PropertyEQ))
+        and isinstance(argument.this, (exp.Column, exp.Identifier))
+        and argument.this.name.lower() == "hive_partitioning"
+        and isinstance(argument.expression, exp.Boolean)
+    )
 
 
 def _function_name(node: exp.Func) -> str:

@@ -193,7 +193,8 @@ def test_values_cannot_grow_far_beyond_their_row(db: privsql.Session, condition:
         "read_parquet('{path}', schema=MAP {{0: {{name: 'user_id', type: 'BIGINT', "
         "default_value: NULL}}}})",
         "read_parquet('{path}', filename=true)",
-        "read_parquet('{path}', hive_partitioning=true)",
+        "read_parquet('{path}', hive_partitioning=true, filename=true)",
+        "read_parquet('{path}', hive_partitioning='true')",
         "read_parquet('{path}', union_by_name=true)",
         "read_parquet('{path}', file_row_number=true)",
         "parquet_scan(['{path}'], binary_as_string=true)",
@@ -203,7 +204,8 @@ def test_reader_options_that_reshape_a_file_are_refused(
     db: privsql.Session, tmp_path: Path, reader: str
 ) -> None:
     """``schema=`` renames and retypes columns (a unit swap, a cast of private values),
-    ``filename=`` and the others add columns: a reader takes its path and nothing else."""
+    ``filename=`` and the others add columns: a reader takes its path and, at most,
+    ``hive_partitioning`` (columns named by the owner's directories)."""
     path = tmp_path / "ratings.parquet"
     db.protect(f"read_parquet('{path}')", privacy_unit="user_id")
     sql = f"SELECT COUNT(*) FROM {reader.format(path=path)} PRIVACY_UNIT user_id BOUND ROWS 1"

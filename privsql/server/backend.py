@@ -200,6 +200,7 @@ class Backend:
                 declared_files_only=True,
                 analyst=analyst,
                 share_answers=self._share_answers,
+                progress=False,  # a server's standard error is not the analyst's screen
             )
         return ClientSession(self, analyst, session)
 
