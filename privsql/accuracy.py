@@ -88,6 +88,17 @@ ROW_COUNTS = tuple(kind for kind, spec in SPECS.items() if spec.counts_rows)
 """Counts whose bias, in rows, is at least the number of cells bounding cut."""
 
 
+def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
+    """The outputs computed from an aggregate whose bounds BOUND AUTO had to guess (no
+    estimate cleared its threshold at this ε): their values may be clamped far from where
+    they lie, whatever their intervals say."""
+    return frozenset(
+        output_name(item)
+        for item in plan.analysis.select.expressions
+        if any(to_sql(node) in guessed for node in item.walk())
+    )
+
+
 def bounding_check(plan: Plan, table: pa.Table) -> BoundingCheck | None:
     """The released per-row count of cut cells and its noise half-width (post-processing)."""
     if CUT_SUPPORT not in table.column_names:

@@ -61,6 +61,7 @@ class Result:
         threshold: int | None = None,
         ranges: Mapping[str, Range] | None = None,
         clamped: bool = False,
+        guessed: frozenset[str] = frozenset(),
     ) -> None:
         self._table = table
         self.epsilon = epsilon
@@ -72,6 +73,8 @@ class Result:
         """Distinct units a group needed to be released, when its keys were not public."""
         self._ranges = dict(ranges or {})
         self.clamped = clamped
+        self._guessed = guessed
+        """Outputs whose bounds BOUND AUTO guessed: flagged in every cell."""
         """Whether the released values were moved into their known ranges (``clamp``)."""
 
     @property
@@ -135,6 +138,7 @@ class Result:
             threshold=self._threshold,
             ranges=self._ranges,
             clamped=True,
+            guessed=self._guessed,
         )
 
     def noisy_columns(self, alpha: float = ALPHA) -> list[str]:
@@ -203,6 +207,9 @@ class Result:
         columns = {}
         for name in self.columns:
             width = widths.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+            if name in self._guessed:
+                columns[name] = pa.array([None if np.isnan(w) else True for w in width])
+                continue
             if check is None or cut is None:
                 columns[name] = pa.array([None if np.isnan(w) else False for w in width])
                 continue
@@ -239,6 +246,12 @@ class Result:
                         kept, lost = kept + max(float(value), 0.0), lost + float(c)
         if not flagged:
             return None
+        guessed = [name for name in self.columns if name in self._guessed]
+        if guessed:
+            return (
+                f"⚠ at this ε the bounds of {', '.join(guessed)} could not be estimated, so "
+                "values may be clamped far from where they lie: add CLAMPED BETWEEN, or raise ε"
+            )
         share = f" (≥ ~{100 * lost / (kept + lost):.0f}% of their rows)" if lost else ""
         return (
             f"⚠ bounding cut rows in {flagged} of {noisy} cells{share}; "

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 import udfs
-from privsql.accuracy import bounding_check, half_widths, ranges
+from privsql.accuracy import bounding_check, guessed_outputs, half_widths, ranges
 from privsql.catalog_cache import CatalogCache
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
@@ -267,7 +267,8 @@ class Session:
         table = post_process(self._con, parts.final, released.table).replace_schema_metadata(
             released.table.schema.metadata
         )
-        return self._result(table, query_plan, cached=not released.fresh)
+        guessed = released.compiled.decided.guessed
+        return self._result(table, query_plan, cached=not released.fresh, guessed=guessed)
 
     def _watched(self, work: Callable[[], T]) -> T:
         """``work()``, with a progress bar if it runs long (``connect(progress=...)``); only
@@ -451,7 +452,11 @@ class Session:
             stored = self._ledger.answer(key, data)
             if stored is not None:
                 decided = Decided.from_json(stored.schema.metadata[DECIDED_KEY])
-                decided = replace(decided, bounds=_written_bounds(analysis, decided.bounds))
+                decided = replace(
+                    decided,
+                    bounds=_written_bounds(analysis, decided.bounds),
+                    guessed=frozenset(_written_bounds(analysis, _as_bounds(decided.guessed))),
+                )
                 step = compile_query(
                     analysis,
                     epsilon=self.epsilon,
@@ -470,7 +475,11 @@ class Session:
             )
             assert step.stages is not None
             table = engine.release(step.stages, secret)
-            spelt = replace(step.decided, bounds=_spelt_bounds(analysis, step.decided.bounds))
+            spelt = replace(
+                step.decided,
+                bounds=_spelt_bounds(analysis, step.decided.bounds),
+                guessed=frozenset(_spelt_bounds(analysis, _as_bounds(step.decided.guessed))),
+            )
             metadata = {DECIDED_KEY: spelt.as_json()}
             return _Released(data, table.replace_schema_metadata(metadata), step, fresh=True)
 
@@ -479,8 +488,10 @@ class Session:
     def _decide(self, search: Search, summary: Sequence[int], decided: Decided) -> Decided:
         """The decisions after ``search``'s, made with noise from its ``summary``."""
         if search.estimating is not None:
-            bounds = self._bounds(search.estimating, summary)
-            return replace(decided, bounds=bounds, spent=search.estimating.epsilon)
+            bounds, guessed = self._bounds(search.estimating, summary)
+            return replace(
+                decided, bounds=bounds, guessed=guessed, spent=search.estimating.epsilon
+            )
         assert search.plan is not None
         if search.step == "groups":
             counts = group_counts(search.plan)
@@ -518,15 +529,18 @@ class Session:
         top = udfs.bulk_top(GROUP_COUNTS, units, fine, epsilon, self._rng)
         return chosen if top is None else min(chosen, top)
 
-    def _bounds(self, search: BoundsSearch, summary: Sequence[int]) -> dict[str, Bounds]:
+    def _bounds(
+        self, search: BoundsSearch, summary: Sequence[int]
+    ) -> tuple[dict[str, Bounds], frozenset[str]]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
-        per-unit extremes; aggregates of the same argument share one estimate, made with
-        the ε parts they would have spent apart (one unit moves each count by at most 1)."""
+        per-unit extremes, and the aggregates whose bounds were guessed; aggregates of the
+        same argument share one estimate, made with the ε parts they would have spent apart
+        (one unit moves each count by at most 1)."""
         width = len(MAGNITUDES)
         shares: dict[str, list[int]] = {}
         for i, aggregate in enumerate(search.aggregates):
             shares.setdefault(to_sql(aggregate.argument), []).append(i)
-        found = {}
+        found, guessed = {}, set()
         for positions in shares.values():
             i = positions[0]
             above = [int(v) for v in summary[2 * i * width : (2 * i + 1) * width]]
@@ -534,8 +548,11 @@ class Session:
             epsilon = search.epsilon * len(positions) / len(search.aggregates)
             bounds = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
             for j in positions:
-                found[to_sql(search.aggregates[j].node)] = bounds
-        return found
+                key = to_sql(search.aggregates[j].node)
+                found[key] = (bounds.low, bounds.high)
+                if bounds.guessed:
+                    guessed.add(key)
+        return found, frozenset(guessed)
 
     def _threshold_summary(self, query_plan: Plan) -> tuple[int, ...]:
         """The per-unit summary an AUTO threshold search is made from (``threshold_sql``)."""
@@ -580,7 +597,9 @@ class Session:
             )
         return caps
 
-    def _result(self, table: pa.Table, query_plan: Plan, *, cached: bool) -> Result:
+    def _result(
+        self, table: pa.Table, query_plan: Plan, *, cached: bool, guessed: frozenset[str]
+    ) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
         visible = table.drop_columns(support)
         restore = restore_sql(query_plan.analysis.temporal, visible.column_names, RELEASED)
@@ -595,6 +614,7 @@ class Session:
             cached=cached,
             check=bounding_check(query_plan, table),
             ranges=ranges(query_plan),
+            guessed=guessed_outputs(query_plan, guessed),
             threshold=None
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
@@ -655,6 +675,11 @@ def _written_bounds(analysis: Analysis, stored: Mapping[str, Sequence[float]]) -
         for a in analysis.aggregates
         if spelt(a.node) in stored
     }
+
+
+def _as_bounds(aggregates: frozenset[str]) -> dict[str, Bounds]:
+    """Aggregates as a mapping that ``_spelt_bounds``/``_written_bounds`` respell by key."""
+    return dict.fromkeys(aggregates, (0.0, 0.0))
 
 
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:

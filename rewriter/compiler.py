@@ -45,18 +45,26 @@ class Decided:
 
     ``bounds``: each BOUND AUTO aggregate's estimated (low, high), by its SQL, and
     ``spent`` the ε that estimate took; ``groups``: MAX_GROUPS chosen by MAX_GROUPS AUTO;
-    ``caps``: the AUTO caps, one per rule (``Plan.caps``).
+    ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
+    (by SQL) whose bounds no estimate supported, so that their answers are flagged.
     """
 
     bounds: Mapping[str, Bounds] = field(default_factory=dict)
     spent: float = 0.0
     groups: int | None = None
     caps: Mapping[str, int] | None = None
+    guessed: frozenset[str] = frozenset()
 
     def as_json(self) -> str:
         """What a stored answer keeps, to be compiled again with ``from_json``."""
         return json.dumps(
-            {"bounds": self.bounds, "spent": self.spent, "groups": self.groups, "caps": self.caps}
+            {
+                "bounds": self.bounds,
+                "spent": self.spent,
+                "groups": self.groups,
+                "caps": self.caps,
+                "guessed": sorted(self.guessed),
+            }
         )
 
     @classmethod
@@ -67,6 +75,7 @@ class Decided:
             spent=decided["spent"],
             groups=decided.get("groups"),
             caps=decided["caps"],
+            guessed=frozenset(decided.get("guessed", ())),
         )
 
 

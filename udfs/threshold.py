@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import NamedTuple
 
 from udfs.laplace import laplace_release
 from udfs.quantile import INTERVAL_ALPHA, rank_error_bound
@@ -158,13 +159,21 @@ def bulk_top(
     return candidates[top] if top < len(candidates) else None
 
 
+class EstimatedBounds(NamedTuple):
+    """Bounds estimated by ``magnitude_bounds``; ``guessed`` when no bin passed its threshold."""
+
+    low: float
+    high: float
+    guessed: bool
+
+
 def magnitude_bounds(
     magnitudes: Sequence[float],
     above: Sequence[int],
     below: Sequence[int],
     epsilon: float,
     rng: RandomSource,
-) -> tuple[float, float]:
+) -> EstimatedBounds:
     """Bounds (−lo, hi) on one argument: the top of the bulk of units' extremes, per side.
 
     In the spirit of ApproxBounds (the Google and OpenDP libraries): for each side, a
@@ -176,9 +185,11 @@ def magnitude_bounds(
     probability at most β over both sides, so a bound is never set far above the data by
     noise alone, and no data-independent prior can pull it to zero. If neither side has a
     bin that passes (ε·n too small to tell), the bin with the largest noisy count on
-    either side sets that side's magnitude, the other side staying at 0. Every candidate
-    is above 0, so the bounds are never [0, 0]. ``above[j]`` (``below[j]``) is how many
-    units have a value above ``magnitudes[j]`` (below −``magnitudes[j]``).
+    either side sets that side's magnitude, the other side staying at 0, and the bounds
+    say they were ``guessed``: the answer is then flagged, since values may be clamped far
+    from where they lie. Every candidate is above 0, so the bounds are never [0, 0].
+    ``above[j]`` (``below[j]``) is how many units have a value above ``magnitudes[j]``
+    (below −``magnitudes[j]``).
 
     Privacy map: ε-DP. A unit's largest value lies in at most one bin, so each side's
     histogram has L1 sensitivity 1 and its release is (ε/2)-DP; the two compose to ε and
@@ -194,11 +205,12 @@ def magnitude_bounds(
     found = [
         max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
     ]
-    if not any(found):
+    guessed = not any(found)
+    if guessed:
         side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
         found[side] = j + 1
     low, high = (magnitudes[j] for j in found)
-    return 0.0 - low, high
+    return EstimatedBounds(0.0 - low, high, guessed)
 
 
 def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
