@@ -129,11 +129,14 @@ class CatalogCache:
 
 
 def _evaluate(connection: duckdb.DuckDBPyConnection, statement: str) -> list[tuple]:
-    """A statement over constants only (it names no source): a key list's casts."""
+    """A statement over the query's constants (a key list's casts, date bounds), reading no
+    row: a key list's collation comes from its key over the query's FROM under WHERE false."""
     try:
         return connection.execute(statement).fetchall()
     except duckdb.Error:
-        raise InvalidOption("the key list does not cast to its key's type") from None
+        raise InvalidOption(
+            "a constant of the query (a listed key or a bound) does not cast to its type"
+        ) from None
 
 
 def _files_of(connection: duckdb.DuckDBPyConnection) -> frozenset[str]:

@@ -26,7 +26,7 @@ from sqlglot.tokens import TokenType
 from privsql.engines import Engine
 from privsql.result import Result
 from rewriter.analyze import analyze_source
-from rewriter.catalog import FILE, Catalog, Protection
+from rewriter.catalog import FILE, Catalog, Protection, public_type
 from rewriter.dialect import PrivSQL
 from rewriter.errors import PrivacyError, StatementNotAllowed, UnknownName, UnsupportedQuery
 from rewriter.resolve import VIEW_DEPTH, check_source
@@ -153,7 +153,7 @@ def _columns(catalog: Catalog, engine: Engine, table: exp.Table) -> list[tuple[s
         kinds = engine.types(f"SELECT * FROM {sql}")
     except PrivacyError:
         raise UnknownName(f"cannot read the schema of {sql}: no such table or file") from None
-    return list(zip(names, kinds, strict=True))
+    return [(name, public_type(kind)) for name, kind in zip(names, kinds, strict=True)]
 
 
 def _check_view_sources(table: exp.Table, catalog: Catalog, depth: int = 0) -> None:

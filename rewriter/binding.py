@@ -29,10 +29,17 @@ from dataclasses import dataclass
 import duckdb
 from sqlglot import exp
 
-from rewriter.catalog import Catalog
+from rewriter.catalog import Catalog, public_type
 from rewriter.errors import PrivacyError, TypeMismatch, UnknownName
 from rewriter.expressions import Clamped
 from rewriter.resolve import IDENTITY
+
+NO_REACH = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""The scratch database reaches no file, network or extension: it runs analysts' SQL."""
 
 STAND_IN = "__privsql_stand_in_"
 TIME_LIMIT = 1.0
@@ -221,7 +228,7 @@ def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | No
                 return None
             created[text] = f"{STAND_IN}{len(created)}"
             columns = ", ".join(
-                f"CAST(NULL AS {_stand_in_type(kind)}) AS "
+                f"CAST(NULL AS {public_type(kind)}) AS "
                 + exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
                 for name, kind in zip(names, types, strict=True)
             )
@@ -236,9 +243,6 @@ def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | No
     return query.sql(dialect="duckdb"), tables
 
 
-def _stand_in_type(kind: str) -> str:
-    """The column's type, ENUMs (whose members are data) as VARCHAR."""
-    return "VARCHAR" if kind.upper().startswith("ENUM") else kind
 
 
 def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
@@ -247,7 +251,7 @@ def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
     global _scratch
     with _scratch_lock:
         if _scratch is None:
-            _scratch = duckdb.connect()
+            _scratch = duckdb.connect(config=NO_REACH)
             _scratch.execute("SET threads = 1")  # one row: parallel scheduling is overhead
         scratch = _scratch
         scratch.execute("BEGIN TRANSACTION")

@@ -21,6 +21,13 @@ Bounds = tuple[float, float]
 FILE = "file:"
 
 
+def public_type(kind: str) -> str:
+    """A column's type as privsql shows or stands it in: an ENUM's member list is drawn
+    from data (``CREATE TYPE … AS ENUM (SELECT DISTINCT …)``, a pandas Categorical), so an
+    ENUM is VARCHAR."""
+    return "VARCHAR" if kind.upper().startswith("ENUM") else kind
+
+
 @dataclass(frozen=True)
 class Protection:
     """A data owner's declaration for one private table."""

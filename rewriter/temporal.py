@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from rewriter.catalog import Catalog
 from rewriter.dialect import output_name, to_sql
-from rewriter.errors import MissingBounds, UnsupportedQuery
+from rewriter.errors import InvalidOption, MissingBounds, UnsupportedQuery
 from rewriter.expressions import Clamped
 
 EPOCH_DATE = "DATE '1970-01-01'"
@@ -127,6 +127,12 @@ def _measure(aggregate: exp.Expr, kind: str, catalog: Catalog) -> None:
             f"{name} of a {kind} needs bounds of its type: write "
             f"{name}(x CLAMPED BETWEEN {kind} '...' AND {kind} '...')"
         )
+    for bound in (clamp.args["low"], clamp.args["high"]):
+        if not _constant(bound):
+            raise InvalidOption(
+                f"the bounds of {name} must be constants ({kind} '...'): they are public "
+                "parameters of the query, never computed from data"
+            )
     bounds = [clamp.args["low"].sql(dialect="duckdb"), clamp.args["high"].sql(dialect="duckdb")]
     numbers = catalog.evaluate(
         "SELECT " + ", ".join(number_sql(f"CAST({b} AS {kind})", kind) for b in bounds)
@@ -140,6 +146,13 @@ def _measure(aggregate: exp.Expr, kind: str, catalog: Catalog) -> None:
             lambda n: value.copy() if isinstance(n, exp.Column) and n.name == VALUE else n
         )
     )
+
+
+def _constant(bound: exp.Expr) -> bool:
+    """A date or timestamp constant as analysts write one: a string, optionally cast
+    (``DATE '2013-01-01'``, ``'2013-01-01'::TIMESTAMP``) — nothing that could read data."""
+    node = bound.this if isinstance(bound, exp.Cast) else bound
+    return isinstance(node, exp.Literal) and node.is_string
 
 
 def _refuse_elsewhere(

@@ -554,3 +554,41 @@ def test_a_declared_view_is_governed_by_its_declaration(db: privsql.Session) -> 
     r = db.sql("SELECT COUNT(*) FROM notes PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1000")
     assert r.fetchall()[0][0] < 30
     assert refused(db, "SELECT COUNT(*) FROM notes PRIVACY_UNIT note").rule == "privacy-unit"
+
+
+DATA_BOUNDS = [
+    # a bound that reads private data would be computed before any rule (round-3 red team)
+    "AVG(make_date(2020, 1, 1) CLAMPED BETWEEN CAST((SELECT CASE WHEN COUNT(*) > 0 THEN 'x' "
+    "ELSE '2020-01-01' END FROM ratings WHERE user_id = 999) AS DATE) AND DATE '2030-01-01')",
+    "AVG(make_date(2020, 1, 1) CLAMPED BETWEEN DATE '2000-01-01' + "
+    "(SELECT COUNT(*) FROM ratings)::INT AND DATE '2030-01-01')",
+    "MEDIAN(make_timestamp(2020, 1, 1, 0, 0, 0) CLAMPED BETWEEN TIMESTAMP '2000-01-01' AND "
+    "TIMESTAMP '2000-01-01' + to_seconds((SELECT SUM(rating) FROM ratings)))",
+    "QUANTILE(make_date(2020, 1, 1) CLAMPED BETWEEN DATE '2000-01-01' AND "
+    "make_date(2000 + (SELECT MAX(rating) FROM ratings), 1, 1), 0.5)",
+    "AVG(make_date(2020, 1, 1) CLAMPED BETWEEN CAST(current_date AS DATE) AND DATE '2030-01-01')",
+]
+
+
+@pytest.mark.parametrize("aggregate", DATA_BOUNDS)
+def test_date_bounds_are_constants_never_computed(db: privsql.Session, aggregate: str) -> None:
+    """Date and timestamp bounds are public parameters: a bound that is not a constant is
+    refused before it is evaluated, whatever the rest of the query (nothing charged)."""
+    for tail in ("", ", note"):
+        sql = f"SELECT {aggregate} AS x{tail} FROM ratings PRIVACY_UNIT user_id EPSILON 1"
+        assert refused(db, sql).rule in ("option", "output")
+    assert refused(db, f"SELECT {aggregate} AS x FROM ratings PRIVACY_UNIT user_id").rule == (
+        "option"
+    )
+
+
+def test_enum_members_are_data_and_never_shown(tmp_path: Path) -> None:
+    """An ENUM's member list is drawn from data (a pandas Categorical, CREATE TYPE … AS ENUM
+    (SELECT DISTINCT …)): DESCRIBE shows the column as VARCHAR."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TYPE diagnosis AS ENUM ('flu', '{PLANTED}')")
+    con.execute("CREATE TABLE visits (user_id INT, d diagnosis)")
+    session = privsql.connect(con, budget=1, seed=7, insecure=True)
+    session.protect("visits", privacy_unit="user_id")
+    shown = str(session.describe("visits").to_pylist()) + str(session.tables().to_pylist())
+    assert PLANTED not in shown and "VARCHAR" in shown

@@ -174,6 +174,8 @@ class Backend:
         if not path.exists():
             raise PrivacyError(f"{path} does not exist")
         self._con = open_database(path)
+        for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
+            self._con.execute(f"SET {setting} = false")  # analysts' SQL downloads nothing
         self._share_answers = share_answers
         self._ledger = Ledger(self._con.cursor(), None)
         self.name = path.stem

@@ -17,6 +17,8 @@ import sqlglot
 from sqlglot import exp
 
 from privsql.ledger import SCHEMA
+from rewriter.binding import NO_REACH
+from rewriter.catalog import public_type
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 
@@ -117,8 +119,9 @@ class SchemaMirror:
         ).fetchall()
         tables: dict[tuple[str, str], list[str]] = {}
         for schema, table, column, data_type in columns:
-            tables.setdefault((schema, table), []).append(f"{_quote(column)} {data_type}")
-        self._con = duckdb.connect(":memory:")
+            kind = public_type(data_type)  # an ENUM's members are data
+            tables.setdefault((schema, table), []).append(f"{_quote(column)} {kind}")
+        self._con = duckdb.connect(":memory:", config=NO_REACH)
         self._name = _quote(name)
         self._con.execute(f"ATTACH ':memory:' AS {self._name}")
         self._con.execute(f"USE {self._name}")
