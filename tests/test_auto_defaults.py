@@ -240,3 +240,14 @@ def test_bounds_no_estimate_supports_are_flagged_not_shown_as_precise() -> None:
         large = db.sql(f"{sql} EPSILON 10 {limit}")
         assert "could not be estimated" not in (large.warning() or "")
         db.close()
+
+
+def test_equal_bounds_are_a_constant_not_an_engine_error() -> None:
+    """``CLAMPED BETWEEN 5 AND 5`` under the default WEIGHTS AUTO: the means' totals are all
+    0 (sensitivity 0), which once failed the release with an internal error."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE v AS SELECT i % 20 AS u, 5.0 AS x FROM range(400) t(i)")
+    db = privsql.connect(con, budget=100, seed=3, insecure=True, progress=False)
+    db.protect("v", privacy_unit="u")
+    answer = db.sql("SELECT AVG(x CLAMPED BETWEEN 5 AND 5) AS a FROM v PRIVACY_UNIT u")
+    assert answer.fetchall() == [(5.0,)]

@@ -240,7 +240,10 @@ def noisy_histograms(
     counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
     sums = [
         laplace_release(
-            size_histogram(above[0], above[1:]), bound, (total - size_epsilon) / len(means), rng
+            size_histogram(above[0], above[1:]),
+            max(bound, 1),  # bounds low = high: every total is 0, and noise at 1 still holds
+            (total - size_epsilon) / len(means),
+            rng,
         )
         for above, bound in means
     ]
