@@ -209,7 +209,10 @@ def TimestampFromTicks(ticks: float) -> datetime.datetime:
 
 def literal(value: object) -> exp.Expression:
     """``value`` as a SQL literal (sqlglot quotes strings): what a parameter becomes."""
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        value = math.nan if value.is_nan() else math.copysign(math.inf, value)
     if isinstance(value, float) and not math.isfinite(value):
+        # NaN and ±inf by name, as text cast to DOUBLE (exp.convert makes them identifiers)
         return exp.cast(exp.Literal.string(repr(value)), exp.DataType.Type.DOUBLE)
     if isinstance(value, float):
         return exp.Literal.number(repr(value))

@@ -314,3 +314,14 @@ def test_urls():
     ):
         with pytest.raises(dbapi.InterfaceError):
             dbapi.parse_url(bad)
+
+
+@pytest.mark.parametrize(
+    "value", [decimal.Decimal("NaN"), decimal.Decimal("sNaN123"), decimal.Decimal("-Infinity")]
+)
+def test_non_finite_decimals_are_values_not_names(value: decimal.Decimal) -> None:
+    """``exp.convert`` writes a non-finite Decimal as a bare word, which would read as a
+    column name; a parameter is always a value."""
+    from privsql.dbapi import literal_text
+
+    assert "CAST(" in literal_text(value) and "DOUBLE" in literal_text(value)

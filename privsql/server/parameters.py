@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import struct
 
-from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from privsql.dbapi import literal_text
 from rewriter.dialect import PrivSQL
 
 _BINARY = {
@@ -47,17 +47,6 @@ def decode(value: bytes | None, oid: int, binary: bool) -> object:
     return text
 
 
-def literal(value: object) -> str:
-    """``value`` as a SQL literal."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return exp.Literal.number(value).sql(dialect="duckdb")
-    return exp.Literal.string(str(value)).sql(dialect="duckdb")
-
-
 def bind(sql: str, values: list[object]) -> str:
     """``sql`` with each ``$n`` (outside strings and comments) replaced by ``values[n-1]``;
     raises ``ValueError`` for a ``$n`` with no value."""
@@ -71,6 +60,6 @@ def bind(sql: str, values: list[object]) -> str:
         index = int(following.text) - 1
         if not 0 <= index < len(values):
             raise ValueError(f"there is no value for parameter ${index + 1}")
-        pieces += [sql[position : token.start], literal(values[index])]
+        pieces += [sql[position : token.start], literal_text(values[index])]
         position = following.end + 1
     return "".join([*pieces, sql[position:]])
