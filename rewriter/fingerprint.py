@@ -42,7 +42,7 @@ def fingerprint_sql(
 def answer_spelling(select: exp.Select) -> Callable[[exp.Expr], str]:
     """A printer of the nodes of one analysed query in a spelling shared by every way of
     writing it, for the key of its stored answer: the same question asked in another case,
-    with other whitespace, other output aliases or other table aliases costs once.
+    with other whitespace or comments, other output aliases or other table aliases costs once.
 
     The query is already parsed (keywords and whitespace are gone) and resolved (every
     column is qualified by its FROM item, every base source carries its catalogue
@@ -66,6 +66,7 @@ def answer_spelling(select: exp.Select) -> Callable[[exp.Expr], str]:
         root = node.copy()
         outer = root if node is select else None
         for part in list(root.walk()):
+            part.comments = None  # a comment is whitespace to the question
             _respell(part, tables, outputs if outer is not None else {}, outer)
         return to_sql(root)
 

@@ -23,6 +23,9 @@ SPELLINGS = {
     "lower case": BASE.lower(),
     "upper case": BASE.upper(),
     "whitespace": BASE.replace(" ", "\n    ").replace("(", "( ").replace(")", " )"),
+    "comments": BASE.replace("FROM flights", "/* jul */ FROM flights -- all\n").replace(
+        "GROUP BY", "/* by airport */ GROUP BY"
+    ),
     "output aliases": BASE.replace("AS flights", "AS n").replace("AS delay", "AS mean_delay"),
     "no output aliases": BASE.replace(" AS flights", "").replace(" AS delay", ""),
     "table alias": BASE.replace("FROM flights", "FROM flights AS f").replace(
