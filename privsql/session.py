@@ -34,7 +34,7 @@ from privsql.ledger import (
 )
 from privsql.progress import AFTER, watch
 from privsql.result import Result
-from privsql.schema import describe, tables
+from privsql.schema import describe, schema_statement, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
 from rewriter.compiler import (
@@ -244,9 +244,13 @@ class Session:
     @_one_at_a_time
     def sql(self, query: str, *, keys: Keys | None = None) -> Result:
         """Run a privsql query; a private answer is charged to the ledger before it is returned.
+        ``DESCRIBE t`` and ``SHOW [ALL] TABLES`` are answered from the schema, free.
 
         Safe to call from several threads: they take turns on the session's connection.
         """
+        schema = schema_statement(query, self)
+        if schema is not None:
+            return schema
         catalog = self._catalog()
         analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):

@@ -260,3 +260,16 @@ def test_an_answer_emptied_by_partition_selection_says_why():
         keys={"month": list(range(12))},
     )
     assert len(public) == 12 and "partition-selection" not in (public.warning() or "")
+
+
+def test_describe_and_show_tables_through_sql_are_free() -> None:
+    """Every front end that sends SQL (notebook magics, DB-API, SQLAlchemy) gets DESCRIBE
+    and SHOW TABLES from the schema, as the REPL does, for nothing."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS u, 2.5::DOUBLE AS x")
+    db = privsql.connect(con, budget=1)
+    db.protect("t", privacy_unit="u")
+    described = db.sql("DESCRIBE t").fetchall()
+    assert described == [("u", "INTEGER", "privacy unit"), ("x", "DOUBLE", "private")]
+    assert db.sql("SHOW TABLES;").fetchall() == [("t", "private", "u")]
+    assert db.budget.spent == 0
