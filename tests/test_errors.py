@@ -95,7 +95,7 @@ def test_text_that_is_not_sql_is_a_syntax_error(db: privsql.Session, sql: str, n
     assert f'syntax error at or near "{near}"' in refused(db, sql, QuerySyntaxError)
 
 
-@pytest.mark.parametrize("sql", ["DROP TABLE visits", "CALL duckdb_tables()", "DESCRIBE visits"])
+@pytest.mark.parametrize("sql", ["DROP TABLE visits", "CALL duckdb_tables()", "SUMMARIZE visits"])
 def test_well_formed_statements_other_than_select_are_not_syntax_errors(
     db: privsql.Session, sql: str
 ) -> None:

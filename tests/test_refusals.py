@@ -592,10 +592,7 @@ CASES = [
     case("IMPORT DATABASE 'dump'", StatementNotAllowed, "import-database"),
     case("SUMMARIZE visits", StatementNotAllowed, "summarize"),
     case("SUMMARIZE SELECT note FROM visits", StatementNotAllowed, "summarize-query"),
-    case("DESCRIBE visits", StatementNotAllowed, "describe"),
     case("DESCRIBE SELECT note FROM visits", StatementNotAllowed, "describe-query"),
-    case("SHOW TABLES", StatementNotAllowed, "show-tables"),
-    case("SHOW visits", StatementNotAllowed, "show-table"),
     case(f"DESCRIBE (SELECT COUNT(*) FROM visits {U})", StatementNotAllowed, "describe-result"),
     case("SUMMARIZE FROM visits", StatementNotAllowed, "summarize-from-first"),
     case(
