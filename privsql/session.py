@@ -456,11 +456,7 @@ class Session:
             stored = self._ledger.answer(key, data)
             if stored is not None:
                 decided = Decided.from_json(stored.schema.metadata[DECIDED_KEY])
-                decided = replace(
-                    decided,
-                    bounds=_written_bounds(analysis, decided.bounds),
-                    guessed=frozenset(_written_bounds(analysis, _as_bounds(decided.guessed))),
-                )
+                decided = _respelt(analysis, decided, stored=False)
                 step = compile_query(
                     analysis,
                     epsilon=self.epsilon,
@@ -479,11 +475,7 @@ class Session:
             )
             assert step.stages is not None
             table = engine.release(step.stages, secret)
-            spelt = replace(
-                step.decided,
-                bounds=_spelt_bounds(analysis, step.decided.bounds),
-                guessed=frozenset(_spelt_bounds(analysis, _as_bounds(step.decided.guessed))),
-            )
+            spelt = _respelt(analysis, step.decided, stored=True)
             metadata = {DECIDED_KEY: spelt.as_json()}
             return _Released(data, table.replace_schema_metadata(metadata), step, fresh=True)
 
@@ -660,30 +652,18 @@ def _choices(query_plan: Plan) -> str:
     )
 
 
-def _spelt_bounds(analysis: Analysis, bounds: Mapping[str, Bounds]) -> dict[str, Bounds]:
-    """Estimated bounds, by aggregate text, keyed as a stored answer keeps them: by the
-    aggregate's spelling shared by every way of writing the query (``answer_spelling``)."""
+def _respelt(analysis: Analysis, decided: Decided, *, stored: bool) -> Decided:
+    """``decided`` with its aggregate keys (estimated bounds, guessed bounds) respelt: into
+    the spelling a stored answer keeps them in, shared by every way of writing the query
+    (``answer_spelling``), or (``stored=False``) back into how this query writes them."""
     spelt = answer_spelling(analysis.select)
-    return {
-        spelt(a.node): bounds[to_sql(a.node)]
-        for a in analysis.aggregates
-        if to_sql(a.node) in bounds
-    }
-
-
-def _written_bounds(analysis: Analysis, stored: Mapping[str, Sequence[float]]) -> dict[str, Bounds]:
-    """A stored answer's estimated bounds, keyed by the aggregates as this spelling writes them."""
-    spelt = answer_spelling(analysis.select)
-    return {
-        to_sql(a.node): (stored[spelt(a.node)][0], stored[spelt(a.node)][1])
-        for a in analysis.aggregates
-        if spelt(a.node) in stored
-    }
-
-
-def _as_bounds(aggregates: frozenset[str]) -> dict[str, Bounds]:
-    """Aggregates as a mapping that ``_spelt_bounds``/``_written_bounds`` respell by key."""
-    return dict.fromkeys(aggregates, (0.0, 0.0))
+    pairs = [(to_sql(a.node), spelt(a.node)) for a in analysis.aggregates]
+    rename = dict(pairs) if stored else {kept: written for written, kept in pairs}
+    return replace(
+        decided,
+        bounds={rename[k]: (v[0], v[1]) for k, v in decided.bounds.items() if k in rename},
+        guessed=frozenset(rename[k] for k in decided.guessed if k in rename),
+    )
 
 
 def _answer_key(analysis: Analysis, epsilon: float, delta: float) -> str:

@@ -592,3 +592,22 @@ def test_enum_members_are_data_and_never_shown(tmp_path: Path) -> None:
     session.protect("visits", privacy_unit="user_id")
     shown = str(session.describe("visits").to_pylist()) + str(session.tables().to_pylist())
     assert PLANTED not in shown and "VARCHAR" in shown
+
+
+
+def test_a_key_list_reads_no_row_of_its_source() -> None:
+    """The key list is compared under its key's own collation by a statement over the
+    query's FROM under WHERE false, unguarded there: a key that fails on every row
+    (``CAST(note AS INT)``: no note is a number) must never be evaluated — if it were, the
+    comparison would fall back to no collation and release 'a' and 'A' as two groups."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE c (user_id INT, k VARCHAR COLLATE NOCASE, note VARCHAR)")
+    con.execute("INSERT INTO c SELECT i % 9, 'a', 'not a number' FROM range(90) r(i)")
+    session = privsql.connect(con, budget=100, seed=7, insecure=True)
+    session.protect("c", privacy_unit="user_id")
+    r = session.sql(
+        "SELECT CASE WHEN CAST(note AS INTEGER) > 0 THEN k ELSE k END AS g, COUNT(*) AS n "
+        "FROM c GROUP BY g PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1",
+        keys={"g": ["a", "A"]},
+    )
+    assert len(r) == 1
