@@ -653,16 +653,18 @@ def _choices(query_plan: Plan) -> str:
 
 
 def _respelt(analysis: Analysis, decided: Decided, *, stored: bool) -> Decided:
-    """``decided`` with its aggregate keys (estimated bounds, guessed bounds) respelt: into
-    the spelling a stored answer keeps them in, shared by every way of writing the query
-    (``answer_spelling``), or (``stored=False``) back into how this query writes them."""
-    spelt = answer_spelling(analysis.select)
-    pairs = [(to_sql(a.node), spelt(a.node)) for a in analysis.aggregates]
-    rename = dict(pairs) if stored else {kept: written for written, kept in pairs}
+    """``decided`` with its aggregate keys (estimated bounds, guessed bounds) turned into
+    the keys a stored answer keeps them under — each aggregate's position, which the
+    answer's key fixes for every spelling of the question (``_answer_key`` lists the
+    aggregates in order) — or (``stored=False``) back into how this query writes them."""
+    written = [to_sql(a.node) for a in analysis.aggregates]
+    pairs = [(w, str(i)) for i, w in enumerate(written)]
+    if not stored:
+        pairs = [(kept, w) for w, kept in pairs]
     return replace(
         decided,
-        bounds={rename[k]: (v[0], v[1]) for k, v in decided.bounds.items() if k in rename},
-        guessed=frozenset(rename[k] for k in decided.guessed if k in rename),
+        bounds={new: decided.bounds[old] for old, new in pairs if old in decided.bounds},
+        guessed=frozenset(new for old, new in pairs if old in decided.guessed),
     )
 
 

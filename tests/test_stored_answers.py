@@ -134,3 +134,18 @@ def test_estimated_bounds_are_found_under_another_spelling(db: privsql.Session) 
     assert again.cached and db.budget.spent == spent
     assert again.fetchall() == first.fetchall()
     assert again.accuracy()["mean_distance"].to_pylist() == first.accuracy()["d"].to_pylist()
+
+
+def test_aggregates_that_print_alike_keep_their_own_estimated_bounds() -> None:
+    """``SUM(x)`` and ``SUM("X")`` are estimated apart (BOUND AUTO) though they spell
+    alike: a stored answer keeps each aggregate's decisions by position, so the re-asked
+    question is the stored answer, under the plan it was released under."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE v AS SELECT i % 30 AS u, (i % 7)::DOUBLE AS x FROM range(600) r(i)")
+    db = privsql.connect(con, budget=100, seed=5, insecure=True, progress=False)
+    db.protect("v", privacy_unit="u")
+    sql = 'SELECT SUM(x) AS a, SUM("X") AS b FROM v PRIVACY_UNIT u EPSILON 10'
+    first = db.sql(sql)
+    again = db.sql(sql)
+    assert again.cached and again.fetchall() == first.fetchall()
+    assert again.accuracy().to_pylist() == first.accuracy().to_pylist()
