@@ -253,6 +253,7 @@ def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
         if _scratch is None:
             _scratch = duckdb.connect(config=NO_REACH)
             _scratch.execute("SET threads = 1")  # one row: parallel scheduling is overhead
+            _scratch.execute("SET memory_limit = '256MB'")  # analysts' SQL over stand-ins
         scratch = _scratch
         scratch.execute("BEGIN TRANSACTION")
         try:
@@ -273,7 +274,10 @@ def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
                 timer.cancel()
             return None
         finally:
-            scratch.execute("ROLLBACK")
+            try:
+                scratch.execute("ROLLBACK")
+            except duckdb.Error:  # a late interrupt: start the next check on a new scratch
+                _scratch = None
 
 
 def _first_line(error: duckdb.Error) -> str:

@@ -10,6 +10,7 @@ reader's absolute paths; declarations are keyed by it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,11 +22,15 @@ Bounds = tuple[float, float]
 FILE = "file:"
 
 
+ENUM = re.compile(r"ENUM\((?:\s*'(?:[^']|'')*'\s*,?)*\s*\)", re.IGNORECASE)
+"""An ENUM type with its member list, wherever it stands in a type (a list's, a STRUCT's)."""
+
+
 def public_type(kind: str) -> str:
     """A column's type as privsql shows or stands it in: an ENUM's member list is drawn
-    from data (``CREATE TYPE … AS ENUM (SELECT DISTINCT …)``, a pandas Categorical), so an
-    ENUM is VARCHAR."""
-    return "VARCHAR" if kind.upper().startswith("ENUM") else kind
+    from data (``CREATE TYPE … AS ENUM (SELECT DISTINCT …)``, a pandas Categorical), so
+    every ENUM in it, nested ones included, is VARCHAR."""
+    return ENUM.sub("VARCHAR", kind)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ bounds is refused: the owner's declared bounds and BOUND AUTO's estimates are nu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from sqlglot import exp
@@ -137,6 +138,8 @@ def _measure(aggregate: exp.Expr, kind: str, catalog: Catalog) -> None:
     numbers = catalog.evaluate(
         "SELECT " + ", ".join(number_sql(f"CAST({b} AS {kind})", kind) for b in bounds)
     )[0]
+    if any(n is None or not math.isfinite(n) for n in numbers):
+        raise InvalidOption(f"the bounds of {name} must be finite dates or timestamps")
     clamp.set("low", exp.Literal.number(repr(float(numbers[0]))))
     clamp.set("high", exp.Literal.number(repr(float(numbers[1]))))
     value = _value(aggregate)

@@ -181,3 +181,13 @@ def test_a_date_output_is_ordered_by_but_not_filtered(db: privsql.Session) -> No
     )
     released = [d for _, d in result.fetchall()]
     assert released == sorted(released)
+
+
+def test_infinite_date_bounds_are_refused_before_anything_is_charged(db) -> None:
+    spent = db.budget.spent
+    with pytest.raises(privsql.InvalidOption):
+        db.sql(
+            "SELECT AVG(CAST(time_hour AS DATE) CLAMPED BETWEEN DATE '-infinity' AND "
+            "DATE 'infinity') AS d FROM flights PRIVACY_UNIT tailnum"
+        )
+    assert db.budget.spent == spent

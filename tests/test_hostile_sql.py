@@ -611,3 +611,17 @@ def test_a_key_list_reads_no_row_of_its_source() -> None:
         keys={"g": ["a", "A"]},
     )
     assert len(r) == 1
+
+
+@pytest.mark.parametrize(
+    "column",
+    ["STRUCT(x diagnosis)", "diagnosis[]", "MAP(VARCHAR, diagnosis)", "UNION(a diagnosis)"],
+)
+def test_enum_members_nested_in_a_type_are_never_shown(column: str) -> None:
+    con = duckdb.connect()
+    con.execute(f"CREATE TYPE diagnosis AS ENUM ('flu', '{PLANTED}')")
+    con.execute(f"CREATE TABLE visits (user_id INT, d {column})")
+    session = privsql.connect(con, budget=1, seed=7, insecure=True)
+    session.protect("visits", privacy_unit="user_id")
+    shown = str(session.describe("visits").to_pylist()) + str(session.tables().to_pylist())
+    assert PLANTED not in shown and "VARCHAR" in shown
