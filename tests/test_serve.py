@@ -94,6 +94,22 @@ def test_psql_lists_tables_and_columns(server):
     assert "tailnum|character varying|||" in done.stdout
 
 
+
+@needs_psql
+def test_psql_meta_commands_answer_from_the_mirror(server):
+    """psql's everyday meta-commands work: one database (the served one), one role that is
+    neither superuser nor unable to log in (booleans written as PostgreSQL writes them),
+    no functions of the database's own, tables with their sizes and details."""
+    done = psql(server, r"\l", r"\du", r"\df", r"\dt+", r"\d+ flights")
+    assert done.returncode == 0, done.stderr
+    assert "ERROR" not in done.stderr
+    listed = [line.split("|")[0] for line in done.stdout.splitlines() if "|UTF8|" in line]
+    assert len(listed) == 1
+    assert "privsql||{}" in done.stdout  # \du: no attributes (not "Cannot login")
+    assert "Cannot login" not in done.stdout
+    assert "main|flights|table|privsql|permanent" in done.stdout
+    assert "tailnum|character varying|" in done.stdout
+
 # -- psycopg -------------------------------------------------------------------------------
 
 

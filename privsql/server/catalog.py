@@ -48,8 +48,11 @@ _MACROS = {
     "pg_get_partkeydef": "(oid) AS NULL",
     "pg_get_triggerdef": "(oid, p := false) AS NULL",
     "pg_relation_is_publishable": "(oid) AS false",
+    "pg_get_function_result": "(oid) AS NULL",
+    "pg_get_function_arguments": "(oid) AS NULL",
     "pg_total_relation_size": "(oid) AS 0",
     "pg_relation_size": "(oid) AS 0",
+    "pg_table_size": "(oid) AS 0",
     "version": "() AS 'PostgreSQL 15.0 (privsql)'",
     "to_regtype": "(name) AS (SELECT oid FROM pg_catalog.pg_type WHERE typname = name LIMIT 1)",
     "to_regclass": "(name) AS (SELECT oid FROM pg_catalog.pg_class WHERE relname = name LIMIT 1)",
@@ -73,8 +76,9 @@ _NAMED_OIDS = {"regclass": ("pg_class", "relname"), "regtype": ("pg_type", "typn
 
 OVERRIDES_PREFIX = "privsql_catalog_"
 _OVERRIDES = {
-    # pg_class with the columns psql 15 reads that DuckDB's lacks
-    "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    # pg_class with the columns psql 15 reads that DuckDB's lacks (or types otherwise)
+    "pg_class": "SELECT * REPLACE (NULL::VARCHAR[] AS reloptions), false AS "
+    "relforcerowsecurity FROM pg_catalog.pg_class",
     "pg_collation": "SELECT *, NULL::BIGINT AS collnamespace FROM pg_catalog.pg_collation",
     # relations DuckDB does not have, empty: the mirror has no such objects
     "pg_policy": "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS polname, NULL::BIGINT AS "
@@ -99,7 +103,17 @@ _OVERRIDES = {
     "pg_foreign_table": "SELECT NULL::BIGINT AS ftrelid, NULL::BIGINT AS ftserver, "
     "NULL::VARCHAR[] AS ftoptions WHERE false",
     "pg_partitioned_table": "SELECT NULL::BIGINT AS partrelid WHERE false",
-    "pg_roles": "SELECT 1::BIGINT AS oid, 'privsql' AS rolname, false AS rolsuper",
+    "pg_roles": "SELECT 1::BIGINT AS oid, 'privsql' AS rolname, false AS rolsuper, "
+    "true AS rolinherit, false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, "
+    "-1 AS rolconnlimit, NULL::TIMESTAMP AS rolvaliduntil, false AS rolreplication, "
+    "false AS rolbypassrls",
+    "pg_auth_members": "SELECT NULL::BIGINT AS roleid, NULL::BIGINT AS member WHERE false",
+    # psql's \\l reads the locale columns; the served database is the mirror's only one
+    "pg_database": "SELECT *, 1::BIGINT AS datdba, 6 AS encoding, 'C' AS datcollate, "
+    "'C' AS datctype, NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, "
+    "NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database WHERE datname = current_database()",
+    # the served database has no functions of its own (the mirror's macros are not its)
+    "pg_proc": "SELECT * FROM pg_catalog.pg_proc WHERE false",
     "pg_user": "SELECT 1::BIGINT AS usesysid, 'privsql' AS usename, false AS usesuper",
 }
 """Catalog relations clients read that DuckDB's ``pg_catalog`` lacks or lacks columns of:

@@ -10,6 +10,8 @@ replaces what a server facing untrusted clients must do differently:
   exchange has a deadline (``STARTUP_TIMEOUT``), and connections are capped;
 - errors carry severity, SQLSTATE and a one-line message (buenavista sends only a
   message); notices report the ε each answer cost;
+- booleans are written as PostgreSQL writes them in text, ``t`` and ``f`` (buenavista
+  writes ``true``, which psql's ``\\du`` and other libpq clients read as false);
 - TLS and GSS encryption requests are declined (use a TLS-terminating proxy:
   docs/serving.md), cancel requests are ignored (a release cannot be half-run).
 """
@@ -23,7 +25,9 @@ import struct
 import threading
 import time
 
+from buenavista.core import BVType
 from buenavista.postgres import (
+    BVTYPE_TO_PGTYPE,
     BuenaVistaHandler,
     BuenaVistaServer,
     BVBuffer,
@@ -38,6 +42,9 @@ from privsql.server.auth import MECHANISM, Exchange, Failed
 from privsql.server.backend import PARAMETERS, Answer, Backend, Refusal
 
 log = logging.getLogger(__name__)
+
+_BOOL_OID, _, _bool_binary = BVTYPE_TO_PGTYPE[BVType.BOOL]
+BVTYPE_TO_PGTYPE[BVType.BOOL] = (_BOOL_OID, lambda v: "t" if v else "f", _bool_binary)
 
 MAX_MESSAGE = 1 << 20
 """The largest message a client may send (1 MiB: far more than any SQL statement)."""
