@@ -116,13 +116,18 @@ class Catalog:
 
     def check_readable(self, source: exp.Table) -> None:
         """Refuse a file reader that reaches a forbidden file, or (``declared_files_only``)
-        any file the owner did not declare; decided from paths, before the file is opened."""
+        any reader but one the owner declared; decided from paths, before the file is opened.
+
+        With ``declared_files_only`` the reader's paths must be a declaration's own, as
+        text: a narrower glob inside a declared one is refused too, whether or not it
+        matches files, so that which globs are answered never tells which files exist
+        (partition directories named by a unit's id or a private attribute)."""
         if not isinstance(source.this, exp.Func):
             return
+        if self.declared_files_only and self.identity(source) not in self.protected:
+            raise StatementNotAllowed("this session reads only files the data owner declared")
         if self.files(self.identity(source)) & self.forbidden:
             raise StatementNotAllowed("the database's own files cannot be read")
-        if self.declared_files_only and self.protection(source) is None:
-            raise StatementNotAllowed("this session reads only files the data owner declared")
 
     def is_public(self, source: exp.Table) -> bool:
         return not isinstance(source.this, exp.Func) and self.identity(source) in self.public

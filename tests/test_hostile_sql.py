@@ -419,6 +419,30 @@ def test_a_restricted_session_reads_only_declared_files(tmp_path: Path) -> None:
         refused(db, f"SELECT COUNT(*) FROM read_parquet('{path}') PRIVACY_UNIT u BOUND ROWS 1")
 
 
+
+def test_a_restricted_session_never_tells_which_files_a_glob_matches(tmp_path: Path) -> None:
+    """Red team round 4: narrower globs inside a declared hive glob were answered when they
+    matched a file and refused when not, so an analyst listed the partition directories
+    (one per unit id) for free. Only the declaration's own paths are readable."""
+    con = duckdb.connect()
+    for unit in ("1", "2", "ZQX"):
+        (tmp_path / f"u={unit}").mkdir()
+        con.execute(
+            f"COPY (SELECT i AS x FROM range(5) r(i)) TO '{tmp_path}/u={unit}/part.parquet' "
+            "(FORMAT parquet)"
+        )
+    declared = f"read_parquet('{tmp_path}/*/*.parquet', hive_partitioning = true)"
+    db = privsql.connect(con, budget=10.0, declared_files_only=True)
+    db.protect(declared, privacy_unit="u")
+    assert db.sql(f"SELECT COUNT(*) FROM {declared} PRIVACY_UNIT u BOUND ROWS 1").epsilon == 1.0
+    messages = set()
+    for prefix in ("ZQX", "ZQY", "1", "9", "*"):
+        narrower = f"read_parquet('{tmp_path}/u={prefix}*/*.parquet', hive_partitioning = true)"
+        for sql in (f"SELECT COUNT(*) FROM {narrower} PRIVACY_UNIT u BOUND ROWS 1",
+                    f"DESCRIBE {narrower}"):
+            messages.add(str(refused(db, sql)))
+    assert len(messages) == 1
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [
