@@ -49,17 +49,18 @@ def main(directory: Path) -> None:
     source = f"read_parquet('{glob}', hive_partitioning = true)"
     db = privsql.connect(directory / "ledger.duckdb", budget=3.0)
 
-    # Months are public knowledge: all twelve appear, each with a noisy count.
+    # Months are public knowledge: all twelve appear, each with a noisy count. A partition
+    # column is text (its values are directory names), so it is cast to order months.
     by_month = f"""
-        SELECT month, COUNT(*) AS flights, COUNT(DISTINCT tailnum) AS planes
+        SELECT CAST(month AS INTEGER) AS m, COUNT(*) AS flights, COUNT(DISTINCT tailnum) AS planes
         FROM {source}
-        GROUP BY month
+        GROUP BY m
         PRIVACY_UNIT tailnum BOUND ROWS 60 MAX_GROUPS 12 EPSILON 0.5
-        ORDER BY month
+        ORDER BY m
     """
     show(
         "Flights and planes per month (ε = 0.5):",
-        db.sql(by_month, keys={"month": list(range(1, 13))}),
+        db.sql(by_month, keys={"m": list(range(1, 13))}),
         db,
     )
 
@@ -69,7 +70,7 @@ def main(directory: Path) -> None:
                COUNT(*)                                   AS flights,
                AVG(arr_delay CLAMPED BETWEEN -60 AND 240) AS avg_arrival_delay
         FROM {source}
-        WHERE month BETWEEN 6 AND 8
+        WHERE month IN ('6', '7', '8')
         GROUP BY origin
         PRIVACY_UNIT tailnum BOUND ROWS 50 EPSILON 1.0
         ORDER BY origin

@@ -226,13 +226,18 @@ class DuckDBEngine:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
 
 
+PARTITION_TYPE_INFERENCE = "spark.sql.sources.partitionColumnTypeInference.enabled"
+
+
 class SparkEngine:
     """The data is in Spark; aggregation runs there, the release in the local DuckDB.
 
     Spark runs without a transaction: each statement reads the tables as they are when it
     runs, so a source rewritten during a query may be read in two states (each one's
     contributions are still bounded). Spark must have ``spark.sql.ansi.enabled=false``:
-    with it, Spark raises errors that can depend on private values.
+    with it, Spark raises errors that can depend on private values; and, to read files,
+    ``PARTITION_TYPE_INFERENCE=false``, so partition columns are strings whatever their
+    directories are named (as ``hive_types_autocast = false`` on DuckDB).
     """
 
     def __init__(self, spark: Any, connection: duckdb.DuckDBPyConnection) -> None:
@@ -282,6 +287,13 @@ class SparkEngine:
             raise PrivacyError(
                 "the Spark engine needs spark.sql.ansi.enabled=false: in ANSI mode Spark "
                 "raises errors that can depend on private values"
+            )
+        reads_files = any(isinstance(t.this, exp.Func) for t in analysis.select.find_all(exp.Table))
+        inference = self._spark.conf.get(PARTITION_TYPE_INFERENCE, "true")
+        if reads_files and str(inference).lower() != "false":
+            raise PrivacyError(
+                f"the Spark engine reads files only with {PARTITION_TYPE_INFERENCE}=false: "
+                "Spark types partition columns from their directories' names, which are data"
             )
 
     def private(self, work: Callable[[], T]) -> T:

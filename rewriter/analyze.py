@@ -384,6 +384,8 @@ def _classify(node: exp.Expr, relations: Relations, catalog: Catalog, automatic:
         raise UnsupportedQuery(f"{name} ... FILTER (WHERE ...) is not supported: use WHERE")
     if isinstance(node, exp.Count):
         return _classify_count(node, relations)
+    if node.find(exp.Distinct) is not None:
+        raise NonDPAggregate(f"{name} over DISTINCT values has no differentially private version")
     spec = of_node(node)
     if spec is not None:
         argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)

@@ -381,7 +381,12 @@ def plan(
     # clipping share one.
     mean_rule = "variance" if bounding.per_rule_caps and automatic else "rank"
     builder = _Builder(bounding.weight_bits, mean_rule)
-    statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
+    try:
+        statistics = tuple(builder.statistic(a, share) for a in analysis.aggregates)
+    except OverflowError:  # a spread's squared range beyond a double: decided from the SQL
+        raise InvalidOption(
+            "the CLAMPED BETWEEN bounds are too far apart to compute with: narrow them"
+        ) from None
     search = None
     if automatic:
         rules = tuple(sorted({m.rule for m in builder.measurements if m.kind != "units"}))

@@ -232,9 +232,9 @@ def _stand_in(query: exp.Query, scopes: list[Scope], catalog: Catalog) -> dict[s
             )
         alias = table.alias_or_name if not isinstance(table.this, exp.Func) else _reader(table)
         name = f"{SOURCE_PREFIX}{len(stands)}"
-        stands[name] = _Stand(table.copy(), alias)
         check_source(table)
         catalog.check_readable(table)
+        stands[name] = _Stand(table.copy(), alias)
         table.replace(
             exp.Table(
                 this=exp.to_identifier(name),
@@ -292,16 +292,34 @@ def check_source(table: exp.Table) -> None:
         raise StatementNotAllowed(f"{name} takes a literal path or a list of literal paths")
     if any(URI.match(p.name) for p in paths):
         raise StatementNotAllowed(f"{name} reads local paths only, not URLs")
+    _pin_partitioning(reader)
+
+
+def _pin_partitioning(reader: exp.Func) -> None:
+    """Make a reader's columns the same whatever its directories are named: DuckDB adds
+    hive partition columns when every file's directories look like ``key=value`` and types
+    them from the values, so one unit's directory could add, remove or retype a column
+    (``u=ZQX`` turns ``u`` from BIGINT to VARCHAR). Partition columns are read only when
+    the query says ``hive_partitioning = true``, and always as VARCHAR (CAST them)."""
+    given = {a.this.name.lower() for a in reader.expressions if _allowed_option(a)}
+    for option, value in (("hive_partitioning", False), ("hive_types_autocast", False)):
+        if option not in given:
+            pinned = exp.EQ(this=exp.column(option), expression=exp.Boolean(this=value))
+            reader.append("expressions", pinned)
 
 
 def _allowed_option(argument: exp.Expr) -> bool:
-    """``hive_partitioning = true|false``: the columns it adds are named by the owner's
-    directories (DuckDB also finds them on its own); no other reader option is allowed."""
-    return (
+    """``hive_partitioning = true|false`` (the columns it adds are named by the owner's
+    directories) or ``hive_types_autocast = false``; no other reader option is allowed."""
+    if not (
         isinstance(argument, (exp.EQ, exp.PropertyEQ))
         and isinstance(argument.this, (exp.Column, exp.Identifier))
-        and argument.this.name.lower() == "hive_partitioning"
         and isinstance(argument.expression, exp.Boolean)
+    ):
+        return False
+    option = argument.this.name.lower()
+    return option == "hive_partitioning" or (
+        option == "hive_types_autocast" and not argument.expression.this
     )
 
 

@@ -119,11 +119,17 @@ def to_spark(sql: str) -> str:
 
 
 def _check_source(table: exp.Table) -> None:
-    """Spark reads tables, views and one Parquet path (``read_parquet('...')``)."""
+    """Spark reads tables, views and one Parquet path (``read_parquet('...')``). The
+    partitioning options privsql pins on DuckDB's readers are dropped: Spark finds
+    partition directories itself, and types them as strings under the engine's required
+    setting (``privsql.engines.PARTITION_TYPE_INFERENCE``)."""
     reader = table.this
     if not isinstance(reader, exp.Func):
         return
     arguments = reader.expressions if isinstance(reader, exp.ReadParquet) else []
+    arguments = [a for a in arguments if not _partitioning_option(a)]
+    if isinstance(reader, exp.ReadParquet):
+        reader.set("expressions", arguments)
     if not (
         len(arguments) == 1 and isinstance(arguments[0], exp.Literal) and arguments[0].is_string
     ):
@@ -131,6 +137,14 @@ def _check_source(table: exp.Table) -> None:
             "the Spark engine reads tables, views and read_parquet('<one path or glob>'); "
             f"not {reader.sql(dialect='duckdb')}"
         )
+
+
+def _partitioning_option(argument: exp.Expr) -> bool:
+    return (
+        isinstance(argument, exp.EQ)
+        and isinstance(argument.this, exp.Column)
+        and argument.this.name.lower() in ("hive_partitioning", "hive_types_autocast")
+    )
 
 
 def _guard(node: exp.Expr) -> exp.Expr:

@@ -443,6 +443,39 @@ def test_a_restricted_session_never_tells_which_files_a_glob_matches(tmp_path: P
             messages.add(str(refused(db, sql)))
     assert len(messages) == 1
 
+
+def _hive_outcomes(directory: Path, units: tuple[str, ...]) -> list[str]:
+    con = duckdb.connect()
+    for unit in units:
+        (directory / f"u={unit}").mkdir(parents=True)
+        con.execute(
+            f"COPY (SELECT i AS x FROM range(5) r(i)) TO '{directory}/u={unit}/p.parquet' "
+            "(FORMAT parquet)"
+        )
+    db = privsql.connect(con, budget=10.0)
+    outcomes = []
+    for options in ("", ", hive_partitioning = true"):
+        source = f"read_parquet('{directory}/*/*.parquet'{options})"
+        outcomes.append(repr(db.sql(f"DESCRIBE {source}").fetchall()))
+        for sql in (
+            f"SELECT COUNT(*) FROM {source} WHERE u > 3 PRIVACY_UNIT x BOUND ROWS 1",
+            f"SELECT COUNT(*) FROM {source} WHERE CAST(u AS INT) > 3 PRIVACY_UNIT x BOUND ROWS 1",
+        ):
+            try:
+                outcomes.append(f"answered {db.sql(sql).columns}")
+            except PrivacyError as error:
+                outcomes.append(f"refused {error}")
+    return outcomes
+
+
+def test_partition_directories_never_type_a_column(tmp_path: Path) -> None:
+    """Red team round 4: DuckDB typed hive partition columns from the directory names, so
+    one unit's directory (``u=ZQX``) turned ``u`` from BIGINT into VARCHAR and made a
+    query's outcome depend on it. Partition columns are read only on request, as VARCHAR."""
+    base = _hive_outcomes(tmp_path / "d", ("1", "2"))
+    assert base == _hive_outcomes(tmp_path / "h", ("1", "2", "ZQX"))
+    assert "VARCHAR" in base[3] and base[0].count("'u'") == 0
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [

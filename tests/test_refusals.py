@@ -319,6 +319,19 @@ CASES = [
         "max-clamped",
     ),
     case(f"SELECT ANY_VALUE(note) FROM visits {U}", NonDPAggregate, "any-value"),
+    # over DISTINCT values a unit's contribution is not what bounding counts (red team 4)
+    case(
+        f"SELECT AVG(DISTINCT amount CLAMPED BETWEEN 0 AND 9000) FROM visits {U}",
+        NonDPAggregate,
+        "avg-distinct",
+    ),
+    case(f"SELECT SUM(DISTINCT amount) FROM visits {U}", NonDPAggregate, "sum-distinct"),
+    case(f"SELECT MEDIAN(DISTINCT amount) FROM visits {U}", NonDPAggregate, "median-distinct"),
+    case(
+        f"SELECT VARIANCE(DISTINCT amount CLAMPED BETWEEN 0 AND 9000) FROM visits {U}",
+        NonDPAggregate,
+        "variance-distinct",
+    ),
     case(f"SELECT FIRST(note) FROM visits {U}", NonDPAggregate, "first"),
     case(f"SELECT ARG_MAX(note, amount) FROM visits {U}", NonDPAggregate, "arg-max"),
     case(f"SELECT LIST(note) FROM visits {U}", NonDPAggregate, "list"),
@@ -1243,6 +1256,14 @@ EXTREMES = [
     ),
     pytest.param(
         f"SELECT AVG(amount CLAMPED BETWEEN 5 AND 5) FROM visits {U}", id="bounds-empty-interval"
+    ),
+    *(
+        pytest.param(
+            f"SELECT {f}(amount CLAMPED BETWEEN {low} AND {high}) FROM visits {U}",
+            id=f"bounds-huge-{f.lower()}-{i}",
+        )
+        for f in ("AVG", "VARIANCE", "STDDEV", "MEDIAN")
+        for i, (low, high) in enumerate([(0, "1e300"), ("-1e300", "1e300"), ("-1e308", 0)])
     ),
     pytest.param(
         f"SELECT SUM(amount CLAMPED BETWEEN 0 AND 5e-324) FROM visits {U}", id="bounds-subnormal"

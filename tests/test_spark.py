@@ -18,8 +18,10 @@ from scipy import stats
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install privsql[spark])")
 
 import privsql
+from privsql.engines import PARTITION_TYPE_INFERENCE
 from privsql.session import FUNCTIONS
 from rewriter.analyze import analyze
+from rewriter.errors import PrivacyError
 from rewriter.generate import stages
 from rewriter.plan import plan
 from rewriter.transpile import to_spark
@@ -39,6 +41,7 @@ def spark():
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
@@ -339,3 +342,16 @@ def test_ansi_mode_is_refused(spark, data):
     finally:
         spark.conf.set("spark.sql.ansi.enabled", "false")
     assert db.budget.spent == 0
+
+
+def test_files_are_read_only_with_string_partition_columns(spark, data):
+    """Spark types partition columns from directory names (data) unless told not to."""
+    path = data[2]
+    db = privsql.connect(engine="spark", spark=spark, budget=10.0)
+    spark.conf.set(PARTITION_TYPE_INFERENCE, "true")
+    try:
+        with pytest.raises(PrivacyError, match="partitionColumnTypeInference"):
+            db.sql(f"SELECT COUNT(*) FROM read_parquet('{path}') PRIVACY_UNIT uid BOUND ROWS 1")
+        assert db.budget.spent == 0
+    finally:
+        spark.conf.set(PARTITION_TYPE_INFERENCE, "false")
