@@ -64,6 +64,7 @@ class CatalogCache:
             database=database,
             types=engine.types,
             evaluate=partial(_evaluate, connection),  # no reference back to the cache
+            count_rows=partial(_count_rows, engine),
             declared_files_only=declared_files_only,
         )
         self._unreadable = ledger.files | _files_of(connection)  # paths: fixed for a session
@@ -126,6 +127,13 @@ class CatalogCache:
                 listed = []
             found |= {file_identity(file) for (file,) in listed} or {file_identity(path)}
         return frozenset(found)
+
+
+def _count_rows(engine: Engine, query: exp.Query) -> int:
+    """The count a query over public data computes (how many rows a public item can join
+    to a private one: ``rewriter.fanout``)."""
+    value = engine.public(query).column(0)[0].as_py()
+    return int(value or 0)
 
 
 def _evaluate(connection: duckdb.DuckDBPyConnection, statement: str) -> list[tuple]:

@@ -32,6 +32,7 @@ from rewriter.errors import (
     UnsupportedQuery,
 )
 from rewriter.expressions import Clamped, PrivacyUnit
+from rewriter.fanout import check_fan_out
 from rewriter.functions import refuse_unlisted
 from rewriter.growth import refuse_growth
 from rewriter.options import PrivacyOptions, read_options
@@ -197,6 +198,7 @@ def _analyze(
     relations.refuse_outside_from()
     unit, source = relations.resolve(options.unit)
     relations.check_reached()
+    check_fan_out(select, relations, catalog)
     key_nodes = _group_keys(select)
     automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
     aggregates = _aggregates(select, relations, catalog, automatic)

@@ -102,6 +102,8 @@ class Catalog:
     refused rather than left to the engine (DuckDB would read a file by that name)."""
     views: Mapping[str, str] = field(default_factory=dict)
     """Each view's definition (``CREATE VIEW ...``), by identity."""
+    count_rows: Callable[[exp.Query], int] = lambda _: 0
+    """The one number a query over public data only computes (``rewriter.fanout``)."""
 
     def view(self, source: exp.Table) -> str | None:
         """The definition of an undeclared view, which a query reads as the query it is;

@@ -476,6 +476,50 @@ def test_partition_directories_never_type_a_column(tmp_path: Path) -> None:
     assert base == _hive_outcomes(tmp_path / "h", ("1", "2", "ZQX"))
     assert "VARCHAR" in base[3] and base[0].count("'u'") == 0
 
+
+# Public joins that multiply a private row (red team round 4: a timing channel) ----------
+
+_MANY = " ".join(f"JOIN movies m{i} ON true" for i in range(2, 8))
+FAN_OUTS = [
+    f"SELECT COUNT(*) FROM ratings r JOIN movies m1 ON r.note >= 'M' {_MANY} {{U}}",
+    "SELECT COUNT(*) FROM ratings r, movies a, movies b, movies c, movies d, movies e, "
+    "movies f {U}",
+    "SELECT COUNT(*) FROM ratings r CROSS JOIN range(1000000000000) t(z) {U}",
+    "SELECT COUNT(*) FROM ratings r JOIN range(10000) t(z) ON t.z = r.row_id {U}",
+    "SELECT COUNT(*) FROM (SELECT r.* FROM ratings r, movies a, movies b, movies c) s, "
+    "movies d, movies e, movies f, movies g {U}",
+    "WITH big AS (SELECT a.title FROM movies a, movies b, movies c, movies d, movies e, "
+    "movies f) SELECT COUNT(*) FROM ratings r JOIN big ON r.note <> big.title {U}",
+    "SELECT COUNT(*) FROM ratings r JOIN (SELECT 1 FROM range(5000)) v(z) ON true {U}",
+]
+
+
+@pytest.mark.parametrize("sql", FAN_OUTS)
+def test_public_joins_cannot_multiply_a_private_row_past_the_limit(
+    db: privsql.Session, sql: str
+) -> None:
+    unit = "s.user_id" if ") s," in sql else "r.user_id"
+    error = refused(db, sql.format(U=f"PRIVACY_UNIT {unit} BOUND ROWS 1"))
+    assert "more than 4,096 times" in str(error)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT m.title, COUNT(*) FROM ratings r JOIN movies m ON m.movie_id = r.rating "
+        "GROUP BY m.title",
+        "SELECT COUNT(*) FROM ratings r, movies m WHERE m.movie_id = r.rating",
+        "SELECT COUNT(*) FROM ratings r CROSS JOIN movies a CROSS JOIN movies b",
+        "SELECT COUNT(*) FROM ratings r SEMI JOIN range(100000) t(z) ON t.z = r.row_id",
+        "SELECT v.z, COUNT(*) FROM ratings r CROSS JOIN (VALUES (1), (2)) v(z) GROUP BY v.z",
+    ],
+)
+def test_public_joins_within_the_limit_are_answered(db: privsql.Session, sql: str) -> None:
+    keys = {"title": [f"m{i}" for i in range(5)], "z": [1, 2]}
+    used = {k: v for k, v in keys.items() if f".{k}" in sql.split("FROM")[0]}
+    result = db.sql(f"{sql} PRIVACY_UNIT r.user_id BOUND ROWS 1 MAX_GROUPS 5", keys=used)
+    assert result.epsilon > 0
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [

@@ -1,0 +1,122 @@
+"""Bounded work per private row: how many rows public FROM items can join to each one.
+
+A private row joined with public rows becomes as many rows as it matches, before any
+bounding: ``… JOIN pub p1 ON a.secret >= 'M' JOIN pub p2 ON true …`` turns each row that
+meets a private condition into |pub|ⁿ rows, so the query's run time reads the condition
+(red team round 4: a planted string, one character per query, for 3·10⁻⁷ ε). The joins
+of private relations with each other are capped per unit where they are generated
+(``rewriter.ir``); this pass bounds the other factor, from public data only.
+
+Each SELECT over private rows multiplies, per row of its private items, at most the
+product of its public items' *fan-outs*: a public item joined on an equality between its
+columns and expressions of other items matches at most as many rows as its most frequent
+value of those columns; any other public item, all its rows; a SEMI or ANTI join, at most
+one. A private derived table or CTE brings its own body's product. Both are computed by
+counting public rows (``Catalog.count_rows``), so whether a query is refused depends on
+the SQL and public data alone; above ``MAX_FAN_OUT`` it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlglot import exp
+
+from rewriter.catalog import Catalog
+from rewriter.errors import UnsupportedQuery
+from rewriter.relations import Relations, items
+
+MAX_FAN_OUT = 4096
+"""The most rows the public items of a query may join to one private row: a private
+condition can then change a query's work by at most this many rows per row of one unit
+(well under a millisecond in DuckDB), while lookups (one match per key), small lists and
+calendars still join."""
+
+
+def check_fan_out(select: exp.Select, relations: Relations, catalog: Catalog) -> None:
+    """Refuse a query whose public joins can multiply one private row past ``MAX_FAN_OUT``."""
+    fan_out = _fan_out(select, relations, catalog)
+    if fan_out > MAX_FAN_OUT:
+        raise UnsupportedQuery(
+            f"the public tables joined to private rows can repeat each one more than "
+            f"{MAX_FAN_OUT:,} times: join them on a key, or aggregate them first"
+        )
+
+
+def _fan_out(query: exp.Query, relations: Relations, catalog: Catalog) -> int:
+    """The most rows ``query`` makes of one private row (a union: its largest branch)."""
+    if isinstance(query, exp.SetOperation):
+        branches = (query.this, query.expression)
+        return max(_fan_out(branch, relations, catalog) for branch in branches)
+    if not isinstance(query, exp.Select):
+        return 1
+    product = 1
+    joins = {id(join.this): join for join in query.args.get("joins") or []}
+    for item in items(query):
+        if relations.is_private(item):
+            body = relations.body(item)
+            product *= 1 if body is None else _fan_out(body, relations, catalog)
+            continue
+        join = joins.get(id(item))
+        if join is not None and (join.kind or "").upper() in ("SEMI", "ANTI"):
+            continue
+        product *= max(1, _public_fan_out(item, query, join, relations, catalog))
+    return product
+
+
+def _public_fan_out(
+    item: exp.Expr,
+    select: exp.Select,
+    join: exp.Join | None,
+    relations: Relations,
+    catalog: Catalog,
+) -> int:
+    """How many of a public item's rows one row of the others can match: the largest group
+    of its rows sharing the values of the columns it is equi-joined on, else all of them
+    (a table function's, counted only up to just past the limit)."""
+    label = item.alias_or_name
+    keys = sorted(
+        {column.name for column in _equated_columns(select, join, label)}, key=str.lower
+    )
+    rows = _as_query(item, relations)
+    if keys and not (isinstance(item, exp.Table) and isinstance(item.this, exp.Func)):
+        grouped = exp.select(exp.Count(this=exp.Star()).as_("n")).from_(rows.subquery("r"))
+        grouped = grouped.group_by(*(exp.column(k, table="r", quoted=True) for k in keys))
+        counted = exp.select(exp.func("coalesce", exp.Max(this=exp.column("n")), 0)).from_(
+            grouped.subquery("g")
+        )
+    else:  # counted no further than the limit: ``range(10 ** 12)`` is never enumerated
+        counted = exp.select(exp.Count(this=exp.Star())).from_(
+            rows.limit(MAX_FAN_OUT + 1).subquery("r")
+        )
+    return catalog.count_rows(counted)
+
+
+def _as_query(item: exp.Expr, relations: Relations) -> exp.Query:
+    """A public FROM item as a query over its rows, its columns under the names the
+    query gives them."""
+    body = relations.body(item)
+    return body.copy() if body is not None else exp.select("*").from_(item.copy())
+
+
+def _equated_columns(
+    select: exp.Select, join: exp.Join | None, label: str
+) -> Iterator[exp.Column]:
+    """Columns of the item ``label`` equated, in its join's ON or the WHERE, with an
+    expression that reads none of its columns."""
+    conditions = [select.args.get("where"), join.args.get("on") if join is not None else None]
+    for condition in conditions:
+        if condition is None:
+            continue
+        node = condition.this if isinstance(condition, exp.Where) else condition
+        for conjunct in node.flatten() if isinstance(node, exp.And) else [node.unnest()]:
+            if not isinstance(conjunct, exp.EQ):
+                continue
+            sides = (conjunct.this, conjunct.expression)
+            for own, other in (sides, sides[::-1]):
+                if (
+                    isinstance(own, exp.Column)
+                    and own.table == label
+                    and not any(c.table == label for c in other.find_all(exp.Column))
+                ):
+                    yield own
