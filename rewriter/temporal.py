@@ -97,6 +97,11 @@ def _aggregate(node: exp.Expr) -> exp.Expr | None:
     return node if isinstance(node, MEASURED) else None
 
 
+REPRESENTABLE = ("'0001-01-01'", "'9999-12-31'")
+"""The range of dates a released value must fall in to be returned (Python's, and so
+pandas', Arrow's conversions and every client's): bounds outside it are refused."""
+
+
 def _value(aggregate: exp.Expr) -> exp.Expr:
     """The aggregated value as it stands in the aggregate (inside its clamp, if the clamp
     follows it)."""
@@ -135,11 +140,14 @@ def _measure(aggregate: exp.Expr, kind: str, catalog: Catalog) -> None:
                 "parameters of the query, never computed from data"
             )
     bounds = [clamp.args["low"].sql(dialect="duckdb"), clamp.args["high"].sql(dialect="duckdb")]
-    numbers = catalog.evaluate(
-        "SELECT " + ", ".join(number_sql(f"CAST({b} AS {kind})", kind) for b in bounds)
+    *numbers, first, last = catalog.evaluate(
+        "SELECT "
+        + ", ".join(number_sql(f"CAST({b} AS {kind})", kind) for b in [*bounds, *REPRESENTABLE])
     )[0]
-    if any(n is None or not math.isfinite(n) for n in numbers):
-        raise InvalidOption(f"the bounds of {name} must be finite dates or timestamps")
+    if any(n is None or not math.isfinite(n) or not first <= n <= last for n in numbers):
+        raise InvalidOption(
+            f"the bounds of {name} must be dates or timestamps between the years 1 and 9999"
+        )
     clamp.set("low", exp.Literal.number(repr(float(numbers[0]))))
     clamp.set("high", exp.Literal.number(repr(float(numbers[1]))))
     value = _value(aggregate)

@@ -183,11 +183,24 @@ def test_a_date_output_is_ordered_by_but_not_filtered(db: privsql.Session) -> No
     assert released == sorted(released)
 
 
-def test_infinite_date_bounds_are_refused_before_anything_is_charged(db) -> None:
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        ("DATE '-infinity'", "DATE 'infinity'"),
+        # representable in DuckDB, not once released (red team round 4: charged, then
+        # every fetch raised OverflowError)
+        ("DATE '-5877641-06-25'", "DATE '5881580-07-10'"),
+        ("DATE '2013-01-01'", "DATE '10000-01-01'"),
+        ("TIMESTAMP '0000-12-31 23:00:00'", "TIMESTAMP '2014-01-01'"),
+    ],
+)
+def test_date_bounds_beyond_years_1_to_9999_are_refused_before_anything_is_charged(
+    db, low: str, high: str
+) -> None:
     spent = db.budget.spent
     with pytest.raises(privsql.InvalidOption):
         db.sql(
-            "SELECT AVG(CAST(time_hour AS DATE) CLAMPED BETWEEN DATE '-infinity' AND "
-            "DATE 'infinity') AS d FROM flights PRIVACY_UNIT tailnum"
+            f"SELECT AVG(CAST(time_hour AS DATE) CLAMPED BETWEEN {low} AND {high}) AS d "
+            "FROM flights PRIVACY_UNIT tailnum"
         )
     assert db.budget.spent == spent
