@@ -110,6 +110,15 @@ def test_psql_meta_commands_answer_from_the_mirror(server):
     assert "main|flights|table|privsql|permanent" in done.stdout
     assert "tailnum|character varying|" in done.stdout
 
+
+@needs_psql
+def test_psql_show_tables_and_describe(server):
+    done = psql(server, "SHOW TABLES", "SHOW ALL TABLES", "DESCRIBE flights")
+    assert done.returncode == 0, done.stderr
+    assert "ERROR" not in done.stderr
+    assert done.stdout.count("flights") >= 2
+    assert "tailnum|" in done.stdout
+
 # -- psycopg -------------------------------------------------------------------------------
 
 

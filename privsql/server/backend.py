@@ -314,6 +314,8 @@ class ClientSession(WireSession):
         assert match is not None
         name = match.group(1).strip('"').lower()
         settings = self._settings
+        if " ".join(name.split()) in ("tables", "all tables"):
+            return self._private(text)  # answered from the schema, as in process
         if name == "privsql.remaining":
             mine = self._backend.analyst_budget(self.analyst)
             return one_row(name, None if mine is None else max(0.0, mine.total - mine.spent))
