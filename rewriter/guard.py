@@ -17,6 +17,8 @@ from sqlglot import exp
 
 from rewriter.dialect import output_name
 
+BOOLEAN = exp.DataType.build("BOOLEAN")
+
 
 def never_raise(node: exp.Expr) -> exp.Expr:
     """A row-level expression that yields NULL where it would raise.
@@ -27,7 +29,7 @@ def never_raise(node: exp.Expr) -> exp.Expr:
     if isinstance(node, (exp.Column, exp.Literal, exp.Query)):
         return node.copy()
     if not any(node.find_all(exp.Query)):
-        return exp.func("try", node.copy())
+        return exp.Try(this=node.copy())
     return map_arguments(node, never_raise)
 
 
@@ -35,7 +37,7 @@ def condition(node: exp.Expr) -> exp.Expr:
     """A guarded condition, made BOOLEAN inside the guard: a condition of another type (a
     VARCHAR ``CASE``, a column) would otherwise be cast to BOOLEAN by the engine outside
     ``TRY``, and fail on one value ('x' is no BOOLEAN)."""
-    return exp.TryCast(this=never_raise(node), to=exp.DataType.build("BOOLEAN"))
+    return exp.TryCast(this=never_raise(node), to=BOOLEAN.copy())
 
 
 def never_raise_named(item: exp.Expr) -> exp.Expr:

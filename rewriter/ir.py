@@ -199,7 +199,7 @@ def build(select: exp.Select, relations: Relations, catalog: Catalog) -> Relatio
     ``relations`` must have resolved the unit and checked every private item
     (``Relations.resolve``, ``Relations.check_reached``).
     """
-    _refuse_unrepresented(select, OUTER_CLAUSES)
+    refuse_unrepresented(select, OUTER_CLAUSES)
     return _Builder(relations, catalog).block(select)
 
 
@@ -240,7 +240,7 @@ def _ancestors(node: exp.Expr) -> Iterator[exp.Expr]:
         yield node
 
 
-def _refuse_unrepresented(node: exp.Expr, allowed: frozenset[str]) -> None:
+def refuse_unrepresented(node: exp.Expr, allowed: frozenset[str]) -> None:
     """Refuse a node with any argument the IR has no place for."""
     extra = sorted(k for k, v in node.args.items() if v and k not in allowed)
     if extra:
@@ -264,7 +264,7 @@ class _Builder:
             raise UnsupportedQuery("a query over private data reads it in FROM")
         relation: Relation = self.item(found[0], select)
         for join in select.args.get("joins") or []:
-            _refuse_unrepresented(join, JOIN_ARGS)
+            refuse_unrepresented(join, JOIN_ARGS)
             right = self.item(join.this, select)
             on = join.args.get("on")
             relation = Join(
@@ -291,13 +291,13 @@ class _Builder:
         if body is None:
             if not isinstance(item, exp.Table) or IDENTITY not in item.meta:
                 raise UnsupportedQuery(f"{label} cannot be read as a private source")
-            _refuse_unrepresented(item, SOURCE_ARGS)
+            refuse_unrepresented(item, SOURCE_ARGS)
             columns = tuple(self.catalog.columns(source_sql(item)))
             return Source(item, label, unit, unit_name, columns)
         if isinstance(item, exp.Subquery):
-            _refuse_unrepresented(item, SUBQUERY_ARGS)
+            refuse_unrepresented(item, SUBQUERY_ARGS)
         else:
-            _refuse_unrepresented(item, SOURCE_ARGS)
+            refuse_unrepresented(item, SOURCE_ARGS)
         if not isinstance(body, exp.Select):
             raise UnsupportedQuery(f"{body.key.upper()} over private data is not allowed")
         return Named(self.body(body), label, unit, unit_name)
@@ -325,7 +325,7 @@ class _Builder:
         )
 
     def body(self, select: exp.Select) -> Project | PerUnitAggregate:
-        _refuse_unrepresented(select, BODY_CLAUSES)
+        refuse_unrepresented(select, BODY_CLAUSES)
         distinct = select.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:
             raise UnsupportedQuery("DISTINCT ON inside a subquery over private data mixes units")
