@@ -27,8 +27,8 @@ Two things the generation adds (docs/privacy.md section 8):
   each side (``n`` private relations joined), the rows with the smallest keyed hash of the
   statement's secret, the unit and the row — so a unit's rows joined with themselves cannot
   grow past ``JOINED_ROWS_PER_UNIT`` before bounding, whatever that unit holds;
-- an equality of two columns that pass one base column unchanged (same catalogue identity,
-  same column: the same type, so the comparison casts nothing and cannot fail) is left
+- an equality of two columns that pass base columns of one type unchanged (one column, or
+  two of the same bound type: the comparison casts nothing and cannot fail) is left
   unguarded, so DuckDB joins on it by hash rather than comparing every pair of rows.
 """
 
@@ -43,9 +43,9 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from rewriter.catalog import Catalog
-from rewriter.errors import UnsupportedQuery
+from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.guard import condition, never_raise_named
-from rewriter.relations import Relations, items, source_sql
+from rewriter.relations import Origin, Relations, items, source_sql
 from rewriter.resolve import IDENTITY
 
 SECRET = "$privsql_secret"
@@ -347,17 +347,21 @@ class _Builder:
 
     def condition(self, node: exp.Expr, select: exp.Select) -> exp.Expr:
         """A join or WHERE condition, guarded conjunct by conjunct; an equality of two
-        columns passing one base column unchanged stays bare (it cannot fail), so that
+        columns of one type stays bare (``same_type``: it cannot fail), so that
         DuckDB can join on it by hash and push each guarded conjunct down on its own."""
         parts = []
         for conjunct in _conjuncts(node):
-            if self.same_column(conjunct, select):
+            if self.same_type(conjunct, select):
                 parts.append(conjunct.copy())
             else:
                 parts.append(condition(conjunct))
         return exp.and_(*parts)
 
-    def same_column(self, node: exp.Expr, select: exp.Select) -> bool:
+    def same_type(self, node: exp.Expr, select: exp.Select) -> bool:
+        """Whether ``node`` is an equality of two columns that pass base columns of one
+        type unchanged: one base column (same identity and column), or two whose declared
+        types are the same type name (ENUMs spelled with their members), so the comparison
+        casts nothing and cannot fail."""
         if not isinstance(node, exp.EQ):
             return False
         sides = (node.this, node.expression)
@@ -366,11 +370,32 @@ class _Builder:
         origins = [self.relations.origin(s, select) for s in sides]
         if any(o is None or IDENTITY not in o.source.meta for o in origins):
             return False
-        first, second = origins
-        return (first.source.meta[IDENTITY], first.column.lower()) == (
-            second.source.meta[IDENTITY],
-            second.column.lower(),
+        first, second = (UnitColumn(o.source.meta[IDENTITY], o.column.lower()) for o in origins)
+        if first == second:
+            return True
+        kinds = self.types_of(origins[0], origins[1])
+        return kinds is not None and kinds[0] == kinds[1]
+
+    def types_of(self, first: Origin, second: Origin) -> tuple[str, str] | None:
+        """Two base columns' types as the engine binds them, in one statement over their
+        sources (schemas only, no rows read); None if the engine cannot say."""
+        columns = []
+        sources = []
+        for i, origin in enumerate((first, second)):
+            bare = origin.source.copy()
+            bare.set("alias", exp.TableAlias(this=exp.to_identifier(f"__s{i}")))
+            sources.append(bare)
+            columns.append(exp.column(origin.column, table=f"__s{i}", quoted=True))
+        statement = exp.Select(
+            expressions=columns,
+            from_=exp.From(this=sources[0]),
+            joins=[exp.Join(this=sources[1], kind="CROSS")],
         )
+        try:
+            found = self.catalog.types(statement.sql(dialect="duckdb"))
+        except PrivacyError:
+            return None
+        return (found[0], found[1]) if len(found) == 2 else None
 
 
 def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
