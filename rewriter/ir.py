@@ -305,11 +305,11 @@ class _Builder:
     def public(self, item: exp.Expr, label: str) -> Public:
         """A public item: a table, a table function or a derived table that reads nothing
         of the query's other items (an implicitly lateral one would run per private row)."""
-        if isinstance(item, exp.Table):
+        if isinstance(item, (exp.Table, exp.Values, exp.Unnest)):
             if any(item.find_all(exp.Column)):
                 raise UnsupportedQuery(
-                    f"{label} reads columns of other FROM items: a table function over "
-                    "private rows is not allowed"
+                    f"{label} reads columns of other FROM items: a table function or UNNEST "
+                    "over private rows is not allowed"
                 )
             return Public(item, label)
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Query):

@@ -110,8 +110,7 @@ def test_the_from_side_is_a_tree_of_typed_relations(db: privsql.Session) -> None
 def test_the_unit_is_tracked_by_identity_through_renames(db: privsql.Session) -> None:
     analysis = _analysis(
         db,
-        "SELECT COUNT(*) FROM (SELECT user_id AS who, site FROM main.visits) AS r "
-        "PRIVACY_UNIT who",
+        "SELECT COUNT(*) FROM (SELECT user_id AS who, site FROM main.visits) AS r PRIVACY_UNIT who",
     )
     named = analysis.rows
     assert isinstance(named, Named) and isinstance(named.body, Project)
@@ -156,11 +155,22 @@ def test_items_that_run_per_private_row_are_refused(db: privsql.Session, sql: st
     assert PLANTED not in str(caught.value)
 
 
-def test_a_public_table_function_is_still_a_from_item(db: privsql.Session) -> None:
-    analysis = _analysis(
-        db, "SELECT COUNT(*) FROM visits AS v, range(2) AS r PRIVACY_UNIT user_id"
-    )
+PUBLIC_ITEMS = [
+    "SELECT COUNT(*) FROM visits AS v, range(2) AS r PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM visits AS v JOIN (VALUES (1), (2)) AS d(x) ON v.site = d.x "
+    "PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM visits AS v, UNNEST([1, 2]) AS d(x) PRIVACY_UNIT user_id",
+]
+
+
+@pytest.mark.parametrize("sql", PUBLIC_ITEMS)
+def test_public_table_functions_and_lists_are_still_from_items(
+    db: privsql.Session, sql: str
+) -> None:
+    analysis = _analysis(db, sql)
     assert isinstance(analysis.rows, Join) and isinstance(analysis.rows.right, Public)
+    assert analysis.rows.right.privacy is Privacy.PUBLIC
+    db.sql(f"{sql} EPSILON 0.1")
 
 
 def test_a_clause_without_a_node_is_refused(db: privsql.Session) -> None:
