@@ -467,20 +467,41 @@ def _body(body: Project | PerUnitAggregate) -> exp.Select:
     return query
 
 
-def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Select:
+def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
     """At most ``cap`` rows of each unit of one FROM item, the smallest by keyed hash of
-    (secret, unit, row): which rows a unit keeps depends on that unit's rows only."""
+    (secret, unit, row): which rows a unit keeps depends on that unit's rows only.
+
+    Units with at most ``cap`` rows pass whole without ranking — the same rows, cheaper
+    (ranking every row would sort the whole item) — and only the rows of larger units are
+    ranked, as the bounded stage does. Rows without a unit are dropped here: no join on the
+    unit pairs them, and the rows they would pad are dropped with them in ``__source``.
+    """
     label = item.label
     unit = exp.column(item.unit_name, table=label, quoted=True)
     row = [exp.column(c, table=label, quoted=True) for c in item.columns]
     order = exp.Anonymous(this="hash", expressions=[exp.var(SECRET), unit.copy(), *row])
     rank = exp.Window(
         this=exp.RowNumber(),
-        partition_by=[unit],
+        partition_by=[unit.copy()],
         order=exp.Order(expressions=[exp.Ordered(this=order)]),
     )
-    return exp.Select(
-        expressions=[exp.Star()],
-        from_=exp.From(this=read),
-        qualify=exp.Qualify(this=exp.LTE(this=rank, expression=exp.Literal.number(cap))),
-    )
+    limit = exp.Literal.number(cap)
+
+    def units(size: type[exp.Binary]) -> exp.Select:
+        """The item's rows whose unit has ``size`` (``<=`` or ``>``) ``cap`` rows."""
+        count = exp.Count(this=exp.Star())
+        sized = exp.Select(
+            expressions=[unit.copy()],
+            from_=exp.From(this=read.copy()),
+            group=exp.Group(expressions=[unit.copy()]),
+            having=exp.Having(this=size(this=count, expression=limit.copy())),
+        )
+        return exp.Select(
+            expressions=[exp.Star()],
+            from_=exp.From(this=read.copy()),
+            where=exp.Where(this=exp.In(this=unit.copy(), query=exp.Subquery(this=sized))),
+        )
+
+    ranked = units(exp.GT)
+    ranked.set("qualify", exp.Qualify(this=exp.LTE(this=rank, expression=limit.copy())))
+    return exp.union(units(exp.LTE), ranked, distinct=False)
