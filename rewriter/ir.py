@@ -224,7 +224,10 @@ def public_ctes(select: exp.Select, relations: Relations) -> list[exp.CTE]:
     for cte in select.find_all(exp.CTE):
         if relations.is_private(_reference(cte)):
             continue
-        if any(isinstance(a, exp.CTE) and a is not cte for a in _ancestors(cte)):
+        if any(
+            isinstance(a, exp.CTE) and not relations.is_private(_reference(a))
+            for a in _ancestors(cte)
+        ):
             continue  # defined inside another public CTE, which carries it
         found.append(cte)
     return found

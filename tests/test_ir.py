@@ -132,6 +132,26 @@ def test_private_ctes_are_inlined_and_public_ones_kept(db: privsql.Session) -> N
     assert "TRY" in sql  # the private CTE's WHERE, guarded where it is inlined
 
 
+NESTED_CTES = [
+    "WITH p AS (WITH k AS (SELECT site FROM sites WHERE site < 3) SELECT v.user_id FROM visits "
+    "AS v JOIN k ON v.site = k.site) SELECT COUNT(*) FROM p PRIVACY_UNIT user_id",
+    "WITH k0 AS (SELECT site FROM sites WHERE site < 3), k AS (WITH kk AS (SELECT site FROM k0) "
+    "SELECT site FROM kk) SELECT COUNT(*) FROM visits AS v JOIN k ON v.site = k.site "
+    "PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM (WITH k AS (SELECT site FROM sites WHERE site < 3) SELECT v.user_id "
+    "FROM visits AS v JOIN k ON v.site = k.site) AS p PRIVACY_UNIT user_id",
+]
+
+
+@pytest.mark.parametrize("sql", NESTED_CTES)
+def test_public_ctes_nested_anywhere_are_read(db: privsql.Session, con, sql: str) -> None:
+    """A public CTE defined inside a private CTE, a public CTE or a derived table is still
+    there for the relation that reads it: every row of sites 0-2 comes out."""
+    rows = con.execute(f"SELECT count(*) FROM ({_source(_analysis(db, sql))})").fetchall()
+    expected = con.execute("SELECT count(*) FROM visits WHERE site < 3").fetchall()
+    assert rows == expected
+
+
 # -- what it refuses ---------------------------------------------------------------------------
 
 LATERAL = [
