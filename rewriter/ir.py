@@ -51,6 +51,10 @@ from rewriter.resolve import IDENTITY
 SECRET = "$privsql_secret"
 """The statement's parameter carrying the database's hashing secret (as the bounded stage)."""
 
+RANK = "__privsql_rank"
+"""The column ranking a heavy unit's rows in the join cap (a plain filter on it rather than
+QUALIFY, which Spark has no equivalent of that keeps the columns)."""
+
 JOINED_ROWS_PER_UNIT = 1 << 20
 """At most this many rows of one unit come out of a join of private relations: each of the
 ``n`` relations joined keeps ``join_cap(n)`` rows per unit, and ``join_cap(n) ** n`` is at
@@ -490,7 +494,7 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
     )
     limit = exp.Literal.number(cap)
 
-    def units(size: type[exp.Binary]) -> exp.Select:
+    def units(size: type[exp.Binary], *extra: exp.Expr) -> exp.Select:
         """The item's rows whose unit has ``size`` (``<=`` or ``>``) ``cap`` rows."""
         count = exp.Count(this=exp.Star())
         sized = exp.Select(
@@ -500,11 +504,18 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
             having=exp.Having(this=size(this=count, expression=limit.copy())),
         )
         return exp.Select(
-            expressions=[exp.Star()],
+            expressions=[c.copy() for c in row] + list(extra),
             from_=exp.From(this=read.copy()),
             where=exp.Where(this=exp.In(this=unit.copy(), query=exp.Subquery(this=sized))),
         )
 
-    ranked = units(exp.GT)
-    ranked.set("qualify", exp.Qualify(this=exp.LTE(this=rank, expression=limit.copy())))
-    return exp.union(units(exp.LTE), ranked, distinct=False)
+    ranked = exp.Subquery(
+        this=units(exp.GT, exp.alias_(rank, RANK)),
+        alias=exp.TableAlias(this=exp.to_identifier(label)),
+    )
+    kept = exp.Select(
+        expressions=[c.copy() for c in row],
+        from_=exp.From(this=ranked),
+        where=exp.Where(this=exp.LTE(this=exp.column(RANK, table=label), expression=limit)),
+    )
+    return exp.union(units(exp.LTE), kept, distinct=False)
