@@ -106,7 +106,7 @@ class Public:
 
 @dataclass(frozen=True)
 class Filter:
-    """The rows of ``input`` for which ``condition`` is true."""
+    """The rows of ``input`` for which ``condition`` (held guarded) is true."""
 
     input: Relation
     condition: exp.Expr
@@ -118,8 +118,9 @@ class Filter:
 
 @dataclass(frozen=True)
 class Join:
-    """``left`` joined with the FROM item ``right``; ``side`` and ``kind`` as SQL spells
-    them (``LEFT``, ``SEMI``, ``CROSS``...; none for an inner or comma join)."""
+    """``left`` joined with the FROM item ``right`` on ``condition`` (held guarded);
+    ``side`` and ``kind`` as SQL spells them (``LEFT``, ``SEMI``, ``CROSS``...; none for
+    an inner or comma join)."""
 
     left: Relation
     right: Item
@@ -135,7 +136,8 @@ class Join:
 
 @dataclass(frozen=True)
 class Project:
-    """Row-level outputs (select items with their names) of a derived table or CTE."""
+    """Row-level outputs (select items under their names, held guarded) of a derived table
+    or CTE."""
 
     input: Relation
     outputs: tuple[exp.Expr, ...]
@@ -146,7 +148,7 @@ class Project:
 @dataclass(frozen=True)
 class PerUnitAggregate:
     """A derived table grouped by columns that include the unit: one row per unit and key,
-    each output a key or one ``relations.PER_UNIT_AGGREGATES`` aggregate."""
+    each output a key or one ``relations.PER_UNIT_AGGREGATES`` aggregate, held guarded."""
 
     input: Relation
     keys: tuple[exp.Expr, ...]
@@ -337,7 +339,7 @@ class _Builder:
         if distinct is not None and distinct.args.get("on") is not None:
             raise UnsupportedQuery("DISTINCT ON inside a subquery over private data mixes units")
         relation = self.block(select)
-        outputs = tuple(select.expressions)
+        outputs = tuple(never_raise_named(o) for o in select.expressions)
         group = select.args.get("group")
         if group is not None:
             if distinct is not None:
@@ -466,7 +468,7 @@ def _item(item: Item, cap: int | None) -> exp.Expr:
 
 
 def _body(body: Project | PerUnitAggregate) -> exp.Select:
-    query = _select(body.input, [never_raise_named(o) for o in body.outputs])
+    query = _select(body.input, [o.copy() for o in body.outputs])
     if isinstance(body, PerUnitAggregate):
         query.set("group", exp.Group(expressions=[k.copy() for k in body.keys]))
     elif body.distinct:
