@@ -35,6 +35,7 @@ from rewriter.expressions import Clamped, PrivacyUnit
 from rewriter.fanout import check_fan_out
 from rewriter.functions import refuse_unlisted
 from rewriter.growth import refuse_growth
+from rewriter.ir import Relation, build, public_ctes
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations
 from rewriter.resolve import IDENTITY, check_source, resolve
@@ -86,6 +87,10 @@ class Analysis:
     temporal: Mapping[str, str] = field(default_factory=dict)
     """The DuckDB type of each output that is a date or timestamp aggregate, measured as a
     number (``rewriter.temporal``), by output name."""
+    rows: Relation | None = None
+    """The FROM side (items, joins, WHERE) as the IR generation compiles (``rewriter.ir``)."""
+    ctes: tuple[exp.CTE, ...] = ()
+    """The public CTEs the FROM side may name (private ones are inlined in ``rows``)."""
 
     @property
     def unbounded(self) -> tuple[Aggregate, ...]:
@@ -199,6 +204,7 @@ def _analyze(
     unit, source = relations.resolve(options.unit)
     relations.check_reached()
     check_fan_out(select, relations, catalog)
+    rows = build(select, relations, catalog)
     key_nodes = _group_keys(select)
     automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
     aggregates = _aggregates(select, relations, catalog, automatic)
@@ -220,6 +226,8 @@ def _analyze(
         sources=tuple(_sources(select)),
         written=to_sql(text),
         temporal=temporal,
+        rows=rows,
+        ctes=tuple(public_ctes(select, relations)),
     )
 
 

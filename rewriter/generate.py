@@ -29,7 +29,7 @@ kept rows) is a bounded summary: at most BUCKETS numbers per group reach the fun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -37,12 +37,10 @@ from sqlglot import exp
 from rewriter.aggregates import SPECS, Form
 from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
+from rewriter.guard import never_raise
+from rewriter.ir import SECRET, private_rows
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
-from rewriter.relations import PRIVATE_BODY
 from rewriter.strategies import STRATEGIES
-
-SECRET = "$privsql_secret"
-"""The statement's parameter carrying the database's hashing secret."""
 
 
 @dataclass(frozen=True)
@@ -279,103 +277,15 @@ def _double_of(argument: exp.Expr) -> exp.Expr:
 
 
 def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[str]) -> str:
-    query = analysis.select.copy()
-    for arg in ("group", "having", "order", "limit", "offset"):
-        query.set(arg, None)
-    projection = [exp.alias_(_never_raise(analysis.unit), "__unit")]
+    """The ``__source`` stage: unit, keys and row values of each private row, compiled from
+    the query's IR (``rewriter.ir``) with every row-level expression guarded."""
+    projection = [exp.alias_(never_raise(analysis.unit), "__unit")]
     projection += [
-        exp.alias_(_never_raise(k.expression), n)
+        exp.alias_(never_raise(k.expression), n)
         for k, n in zip(analysis.keys if keys else (), keys, strict=True)
     ]
-    projection += [exp.alias_(_never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
-    query.set("expressions", projection)
-    kept = exp.Not(this=exp.Is(this=analysis.unit.copy(), expression=exp.null()))
-    _guard_rows(query, kept)
-    for body in [q for q in query.find_all(exp.Select) if q.meta.get(PRIVATE_BODY)]:
-        body.set("expressions", [_never_raise_named(e) for e in body.expressions])
-        _guard_rows(body)
-    return _sql(query)
-
-
-def _guard_rows(query: exp.Select, kept: exp.Expr | None = None) -> None:
-    """Guard a SELECT's WHERE and join conditions over private rows (see ``_never_raise``)."""
-    where = query.args.get("where")
-    condition = _condition(where.this) if where is not None else None
-    if kept is not None:
-        condition = exp.and_(condition, kept) if condition is not None else kept
-    if condition is not None:
-        query.set("where", exp.Where(this=condition))
-    for join in query.args.get("joins") or []:
-        if join.args.get("on") is not None:
-            join.set("on", _condition(join.args["on"]))
-
-
-def _condition(node: exp.Expr) -> exp.Expr:
-    """A guarded condition, made BOOLEAN inside the guard: a condition of another type (a
-    VARCHAR ``CASE``, a column) would otherwise be cast to BOOLEAN by the engine outside
-    ``TRY``, and fail on one value ('x' is no BOOLEAN)."""
-    return exp.TryCast(this=_never_raise(node), to=exp.DataType.build("BOOLEAN"))
-
-
-def _never_raise_named(item: exp.Expr) -> exp.Expr:
-    """A select item of a derived table over private rows, guarded, under the same name."""
-    if isinstance(item, (exp.Column, exp.Star)):
-        return item.copy()
-    value = item.unalias()
-    guarded = (
-        _aggregate_never_raises(value) if isinstance(value, exp.AggFunc) else _never_raise(value)
-    )
-    return exp.alias_(guarded, output_name(item), quoted=True)
-
-
-def _aggregate_never_raises(node: exp.AggFunc) -> exp.Expr:
-    """A per-unit aggregate (``PER_UNIT_AGGREGATES``) that no value can make fail: its
-    arguments guarded, SUM and AVG taken in DOUBLE (±inf where an integer sum overflows),
-    COUNT_IF, BOOL_AND and BOOL_OR over BOOLEANs cast inside the guard."""
-    kind = (
-        "DOUBLE"
-        if isinstance(node, (exp.Sum, exp.Avg))
-        else "BOOLEAN"
-        if isinstance(node, (exp.CountIf, exp.LogicalAnd, exp.LogicalOr))
-        else None
-    )
-
-    def guard(argument: exp.Expr) -> exp.Expr:
-        if isinstance(argument, exp.Star):
-            return argument.copy()
-        if isinstance(argument, exp.Distinct):
-            return exp.Distinct(expressions=[guard(e) for e in argument.expressions])
-        guarded = _never_raise(argument)
-        return exp.TryCast(this=guarded, to=exp.DataType.build(kind)) if kind else guarded
-
-    return _map_arguments(node, guard)
-
-
-def _never_raise(node: exp.Expr) -> exp.Expr:
-    """A row-level expression that yields NULL where it would raise.
-
-    DuckDB's TRY turns a failing CAST, regular expression or overflow into NULL, so
-    whether a query succeeds, and the message it fails with, cannot depend on a private
-    value (a NULL condition drops the row, like SQL). Literals and columns cannot fail;
-    subqueries read only public data (private sources are refused there).
-    """
-    if isinstance(node, (exp.Column, exp.Literal, exp.Query)):
-        return node.copy()
-    if not any(node.find_all(exp.Query)):
-        return exp.func("try", node.copy())
-    # TRY cannot hold a subquery (which reads only public data): guard the rest around it.
-    return _map_arguments(node, _never_raise)
-
-
-def _map_arguments(node: exp.Expr, function: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
-    """A copy of ``node`` whose argument expressions are ``function`` of the originals."""
-    mapped = node.copy()
-    for key, value in node.args.items():
-        if isinstance(value, exp.Expr):
-            mapped.set(key, function(value))
-        elif isinstance(value, list):
-            mapped.set(key, [function(v) if isinstance(v, exp.Expr) else v for v in value])
-    return mapped
+    projection += [exp.alias_(never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
+    return _sql(private_rows(analysis.rows, projection, analysis.unit, list(analysis.ctes)))
 
 
 def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:

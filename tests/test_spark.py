@@ -127,6 +127,9 @@ AGGREGATIONS = [
     ),
     "SELECT g % 2 AS parity, SUM(w * 2 - 1 CLAMPED BETWEEN -5 AND 20) FROM t "
     "WHERE v / 3 < 40 OR v IS NULL GROUP BY g % 2 PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 2",
+    # a private self-join: each side capped per unit by keyed hash first (rewriter/ir.py)
+    "SELECT a.g, COUNT(*) FROM t AS a JOIN t AS b ON a.uid = b.uid AND a.g = b.g "
+    "GROUP BY a.g PRIVACY_UNIT a.uid BOUND WEIGHTS 3 MAX_GROUPS 4",
 ]
 """Queries whose bounded aggregates do not depend on which rows or groups a cap keeps
 (counts, weights, clipping, per-unit-constant values), so both engines compute them exactly."""
