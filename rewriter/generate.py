@@ -421,20 +421,27 @@ def _cuts_per_group(plan: Plan, layout: _Layout) -> str:
     ``Plan.dropped_sample`` (all of them under listed keys, else a keyed sample of m), so
     one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over all groups."""
     keys, cap = layout.keys, plan.bounding.groups
-    columns = _list(keys) or "1"
+    selected = _list(keys) + ", " if keys else ""
     parts = []
-    if plan.row_cap is not None:
-        parts.append(f"SELECT {columns} FROM __chosen WHERE __rows > {plan.row_cap}")
+    if plan.row_cap is not None and _uses_groups(plan):  # counted by __groups
+        parts.append(f"SELECT {selected}{CUT_COLUMN} FROM __groups")
+    elif plan.row_cap is not None:
+        parts.append(
+            f"SELECT {selected}1 AS {CUT_COLUMN} FROM __chosen WHERE __rows > {plan.row_cap}"
+        )
     if plan.groups_may_exceed_cap:
         parts.append(
-            f"SELECT {columns} FROM (SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit "
+            f"SELECT {selected}1 FROM (SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit "
             f"FROM __cells GROUP BY __unit HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
             f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {_group_order(layout)}) "
             f"BETWEEN {cap + 1} AND {cap + plan.dropped_sample})"
         )
-    cut = "\nUNION ALL\n".join(parts) or f"SELECT {columns} FROM __cells WHERE FALSE"
+    if len(parts) == 1 and parts[0].endswith("FROM __groups"):
+        return parts[0]
+    empty = f"SELECT {selected}0 AS {CUT_COLUMN} FROM __cells WHERE FALSE"
+    cut = "\nUNION ALL\n".join(parts) or empty
     by = f" GROUP BY {_list(keys)}" if keys else ""
-    return f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __cut FROM ({cut}){by}"
+    return f"SELECT {selected}sum({CUT_COLUMN}) AS {CUT_COLUMN} FROM ({cut}){by}"
 
 
 def _same_cell(keys: list[str], left: str, right: str) -> str:
@@ -447,14 +454,28 @@ def _rows_bounded(plan: Plan, layout: _Layout) -> str:
     """AKMV19 sample limiting: at most k rows per cell, the k smallest by keyed hash."""
     cap, cell = plan.bounding.cap, layout.cell
     if not plan.needs_rows:
-        return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows FROM __chosen"
-    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
+        return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows, {_over(plan)} FROM __chosen"
+    whole = (
+        f"SELECT {_list([*cell, '__rows', *layout.sums])}, {_over(plan)} FROM __chosen "
+        f"WHERE __rows <= {cap}"
+    )
     ranked = _ranked_rows(plan, layout)
     sums = "".join(f", sum({v}) AS {s}" for v, s in zip(layout.values, layout.sums, strict=True))
     capped = (
-        f"SELECT {_list(cell)}, count(*) AS __rows{sums} FROM ({ranked}) GROUP BY {_list(cell)}"
+        f"SELECT {_list(cell)}, count(*) AS __rows{sums}, TRUE AS {OVER} FROM ({ranked}) "
+        f"GROUP BY {_list(cell)}"
     )
     return f"{whole}\nUNION ALL\n{capped}"
+
+
+OVER = "__over"
+"""The column of ``__bounded`` saying a kept cell had more rows than the smallest row cap
+(a cell bounding cut): ``__groups`` counts them, so the check reads no cell again."""
+
+
+def _over(plan: Plan) -> str:
+    """``__over`` of a kept cell of ``__chosen`` (FALSE when no measurement reads rows)."""
+    return f"{'FALSE' if plan.row_cap is None else f'__rows > {plan.row_cap}'} AS {OVER}"
 
 
 def _ranked_rows(plan: Plan, layout: _Layout) -> str:
@@ -462,7 +483,7 @@ def _ranked_rows(plan: Plan, layout: _Layout) -> str:
     cap, cell = plan.bounding.cap, layout.cell
     content = _list([*cell, *layout.values, *layout.buckets], "r.")
     return (
-        f"SELECT {content} FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
+        f"SELECT {content} FROM __source AS r SEMI JOIN (SELECT {_list(cell)} FROM __chosen "
         f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
         f"ORDER BY {_row_order(layout)}) <= {cap}"
@@ -491,7 +512,7 @@ def _weights_bounded(plan: Plan, layout: _Layout) -> str:
         m for m in plan.measurements if m.kind != "units"
     ]
     rows = f"least(__rows, {plan.cap(counted[0])})" if counted else "__rows"
-    return f"SELECT {_list(layout.cell)}, {rows} AS __rows{weighted} FROM __chosen"
+    return f"SELECT {_list(layout.cell)}, {rows} AS __rows{weighted}, {_over(plan)} FROM __chosen"
 
 
 def _clip_bounded(plan: Plan, layout: _Layout) -> str:
@@ -502,7 +523,10 @@ def _clip_bounded(plan: Plan, layout: _Layout) -> str:
     centred sum stays within R·n = T, and count at most n rows.
     """
     cap, cell = plan.bounding.cap, layout.cell
-    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
+    whole = (
+        f"SELECT {_list([*cell, '__rows', *layout.sums])}, {_over(plan)} FROM __chosen "
+        f"WHERE __rows <= {cap}"
+    )
     widths = "".join(f", {m.bound * cap} // __rows AS __w{i}" for i, m in enumerate(layout.valued))
     parts = []
     for i, (m, v, s) in enumerate(zip(layout.valued, layout.values, layout.sums, strict=True)):
@@ -511,7 +535,8 @@ def _clip_bounded(plan: Plan, layout: _Layout) -> str:
         else:
             parts.append(f", least(sum(r.{v}), {cap}) AS {s}")
     clipped = (
-        f"SELECT {_list(cell, 'r.')}, least(count(*), {cap}) AS __rows{''.join(parts)} "
+        f"SELECT {_list(cell, 'r.')}, least(count(*), {cap}) AS __rows{''.join(parts)}, "
+        f"TRUE AS {OVER} "
         f"FROM __source AS r JOIN (SELECT {_list(cell)}{widths} FROM __chosen "
         f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
         f"GROUP BY {_list(cell, 'r.')}"
@@ -597,7 +622,8 @@ def _histogram_lists(layout: _Layout) -> dict[str, str]:
 def _groups(keys: list[str], sums: list[str]) -> str:
     aggregates = "".join(f", sum({s}) AS {s}" for s in sums)
     select = f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __units, "
-    select += f"sum(__rows) AS __rows{aggregates} FROM __bounded"
+    select += f"sum(__rows) AS __rows{aggregates}, count(*) FILTER (WHERE {OVER}) AS {CUT_COLUMN} "
+    select += "FROM __bounded"
     return select + (f" GROUP BY {_list(keys)}" if keys else "")
 
 
