@@ -12,7 +12,6 @@ import privsql
 from rewriter.aggregates import SPECS, AggregateKind, Form
 from rewriter.analyze import analyze
 from rewriter.errors import UnsupportedQuery
-from rewriter.generate import BOUNDING
 from rewriter.plan import WEIGHTED, plan
 from rewriter.strategies import STRATEGIES
 
@@ -76,10 +75,6 @@ def test_bound_clip_accepts_exactly_the_clippable_aggregates(db, kind):
     else:
         with pytest.raises(UnsupportedQuery, match="CLIP"):
             plan(analysis, epsilon=1.0, delta=1e-6)
-
-
-def test_every_strategy_has_its_bounding_stage():
-    assert set(BOUNDING) == set(STRATEGIES)
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
