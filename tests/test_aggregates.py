@@ -12,13 +12,15 @@ import privsql
 from rewriter.aggregates import SPECS, AggregateKind, Form
 from rewriter.analyze import analyze
 from rewriter.errors import UnsupportedQuery
-from rewriter.plan import WEIGHTED, plan
+from rewriter.generate import Functions, stages
+from rewriter.plan import WEIGHT_BITS, WEIGHTED, plan
 from rewriter.strategies import STRATEGIES
 
 WRITTEN = {
     AggregateKind.COUNT_ROWS: "COUNT(*)",
     AggregateKind.COUNT_VALUES: "COUNT(v)",
     AggregateKind.COUNT_UNITS: "COUNT(DISTINCT uid)",
+    AggregateKind.COUNT_IF: "COUNT_IF(v > 3)",
     AggregateKind.SUM: "SUM(v CLAMPED BETWEEN 0 AND 10)",
     AggregateKind.AVG: "AVG(v CLAMPED BETWEEN 0 AND 10)",
     AggregateKind.QUANTILE: "MEDIAN(v CLAMPED BETWEEN 0 AND 10)",
@@ -91,3 +93,39 @@ def test_a_plan_follows_its_strategys_spec(db, name):
     assert query_plan.needs_rows == spec.rereads_rows
     weighted = {m.weight_bits for m in query_plan.measurements if m.kind in WEIGHTED}
     assert weighted == {spec.weight_bits}
+
+
+def _exact_groups(db, query: str) -> list[tuple]:
+    """The exact per-group measurements (``__groups``) of a query's generated statement."""
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    parts = stages(query_plan, Functions("noise", "keep", "quantile"))
+    statement = f"SELECT * EXCLUDE (__cut) FROM ({parts.output('__groups')})"
+    secret = {"privsql_secret": 7} if "$privsql_secret" in statement else None
+    return db._con.execute(statement, secret).fetchall()
+
+
+@pytest.mark.parametrize("strategy, weight_bits", [("ROWS", 0), ("WEIGHTS", WEIGHT_BITS)])
+def test_count_if_measures_the_rows_its_condition_selects(db, strategy, weight_bits):
+    """COUNT_IF is one spec: its indicator is what the generated SQL sums, so with a cap
+    that cuts nothing its exact measurement is DuckDB's own COUNT_IF."""
+    [(units, rows, selected)] = _exact_groups(
+        db, f"SELECT COUNT_IF(v > 3) FROM t PRIVACY_UNIT uid BOUND {strategy} 100 EPSILON 1"
+    )
+    [(expected,)] = db._con.sql("SELECT count_if(v > 3) FROM t").fetchall()
+    assert (units, rows) == (10, 100)
+    assert selected == expected << weight_bits and 0 < expected < 100
+
+
+def test_count_if_counts_only_kept_rows_and_no_condition_value_raises(db):
+    """Bounded like COUNT: at most k kept rows per unit count; a condition that is NULL, not
+    a BOOLEAN after TRY, or fails on a row counts 0 for that row and raises nothing."""
+    [(units, rows, selected)] = _exact_groups(
+        db, "SELECT COUNT_IF(v > 3) FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 1"
+    )
+    assert (units, rows) == (10, 20) and 0 < selected <= 20
+    hostile = "CAST(CASE WHEN v > 5 THEN 'x' ELSE '1' END AS INT) / (uid - 3) > 0"
+    [(units, rows, selected)] = _exact_groups(
+        db, f"SELECT COUNT_IF({hostile}) FROM t PRIVACY_UNIT uid BOUND ROWS 100 EPSILON 1"
+    )
+    [(expected,)] = db._con.sql(f"SELECT count(*) FROM t WHERE TRY({hostile}) IS TRUE").fetchall()
+    assert (units, rows, selected) == (10, 100, expected) and 0 < expected < 100
