@@ -518,7 +518,7 @@ def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
                 high=number(cap + plan.dropped_sample),
             ),
         )
-        parts.append(select([*columns(keys), number(1)], derived(dropped)))
+        parts.append(select([*columns(keys), named(number(1), CUT_COLUMN)], derived(dropped)))
     if not parts:
         parts.append(
             select(

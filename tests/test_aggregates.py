@@ -129,3 +129,25 @@ def test_count_if_counts_only_kept_rows_and_no_condition_value_raises(db):
     )
     [(expected,)] = db._con.sql(f"SELECT count(*) FROM t WHERE TRY({hostile}) IS TRUE").fetchall()
     assert (units, rows, selected) == (10, 100, expected) and 0 < expected < 100
+
+
+@pytest.mark.parametrize("aggregate", ["COUNT(DISTINCT uid)", "COUNT(*)"])
+def test_the_cut_count_holds_each_units_sampled_dropped_cell(aggregate):
+    """Under MAX_GROUPS 1 and private keys, the bounding check counts one dropped cell of
+    each unit touching more than one group (its keyed sample of m = 1), whether or not a
+    row cap is measured (COUNT(DISTINCT unit) measures none): 7 of these 10 units."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE touches AS SELECT u AS uid, g FROM range(10) a(u), range(4) b(g) "
+        "WHERE g <= u % 4"
+    )
+    db = privsql.connect(con, budget=100)
+    query = (
+        f"SELECT g, {aggregate} FROM touches GROUP BY g PRIVACY_UNIT uid BOUND ROWS 100 "
+        "MAX_GROUPS 1 EPSILON 1"
+    )
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    assert query_plan.dropped_sample == 1
+    cuts = stages(query_plan, Functions("noise", "keep", "quantile")).output("__cuts")
+    [(cut,)] = con.execute(f"SELECT sum(__cut) FROM ({cuts})", {"privsql_secret": 7}).fetchall()
+    assert cut == 7
