@@ -20,7 +20,7 @@ import pyarrow as pa
 
 import udfs
 from privsql.result import BoundingCheck, HalfWidth, Range
-from rewriter.aggregates import SPECS, AggregateKind, Form
+from rewriter.aggregates import COUNTING, SPECS, AggregateKind, Form
 from rewriter.dialect import to_sql
 from rewriter.generate import CUT_SUPPORT, output_name, support_name
 from rewriter.plan import Measurement, Plan, Spread, Statistic
@@ -43,7 +43,7 @@ def half_widths(plan: Plan, table: pa.Table) -> dict[str, HalfWidth]:
     return widths
 
 
-COUNTS = (AggregateKind.COUNT_ROWS, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS)
+COUNTS = tuple(kind for kind, spec in SPECS.items() if spec.form in COUNTING)
 """Statistics that count (rows, values, weights or units): never below 0."""
 
 

@@ -24,7 +24,8 @@ from sqlglot import exp
 
 from rewriter.analyze import Analysis
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
-from rewriter.generate import RELEASED, SECRET, Stages
+from rewriter.generate import RELEASED, Stages
+from rewriter.sqlbuild import SECRET
 from rewriter.transpile import check_for_spark, to_spark
 
 T = TypeVar("T")
@@ -144,7 +145,7 @@ def _set_disabled_optimizers(connection: duckdb.DuckDBPyConnection, names: str) 
 
 
 def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
-    return {SECRET[1:]: secret} if SECRET in statement else None
+    return {SECRET: secret} if f"${SECRET}" in statement else None
 
 
 class DuckDBEngine:
@@ -246,8 +247,8 @@ class SparkEngine:
 
     def _sql(self, statement: str, secret: int | None = None) -> Any:
         spark_sql = to_spark(statement)
-        if secret is not None and SECRET in statement:
-            return self._spark.sql(spark_sql, args={SECRET[1:]: secret})
+        if secret is not None and f"${SECRET}" in statement:
+            return self._spark.sql(spark_sql, args={SECRET: secret})
         return self._spark.sql(spark_sql)
 
     def columns(self, source: str) -> list[str]:

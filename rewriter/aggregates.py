@@ -6,13 +6,15 @@ its argument alone decides), whether its argument needs bounds, how ``plan`` mea
 3), whether BOUND CLIP applies to it (RT24 bounds means and counts), how ``accuracy``
 states its interval (one noisy measurement in the statistic's units, or a formula of
 several), and whether its bias, in rows, is at least the number of cells bounding cut
-(the bounding check, section 3.3b). Adding an aggregate is one spec here (plus its
+(the bounding check, section 3.3b). A count of rows with a per-row 0/1 (``Form.PRESENT``)
+carries the SQL of that 0/1 (``indicator``). Adding an aggregate is one spec here (plus its
 classification in ``analyze`` when its argument is special, as COUNT's and QUANTILE's are)
-and tests.
+and tests: COUNT_IF is one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -24,6 +26,7 @@ class AggregateKind:
     COUNT_ROWS = "count_rows"
     COUNT_VALUES = "count_values"
     COUNT_UNITS = "count_units"
+    COUNT_IF = "count_if"
     SUM = "sum"
     AVG = "avg"
     QUANTILE = "quantile"
@@ -41,7 +44,7 @@ class Form:
     UNITS = "units"
     """One count of distinct units (a unit adds at most one per kept group)."""
     PRESENT = "present"
-    """One count of kept rows whose argument is not NULL."""
+    """One count of kept rows whose argument passes the spec's ``indicator``."""
     SUM = "sum"
     """One sum of gridded, clamped values."""
     MEAN = "mean"
@@ -50,6 +53,24 @@ class Form:
     """Sums of centred values, of their squares and a count, each with a third of the ε."""
     QUANTILE = "quantile"
     """A histogram of bucketed values, released by private selection."""
+
+
+COUNTING = (Form.ROWS, Form.UNITS, Form.PRESENT)
+"""The forms that count (rows, values, units): never below 0."""
+
+
+def present(argument: exp.Expr) -> exp.Expr:
+    """1 for a row whose value is counted (not NULL), else 0."""
+    counted = exp.Not(this=exp.Is(this=argument.copy(), expression=exp.null()))
+    return exp.Cast(this=counted, to=exp.DataType(this=exp.DType.INT))
+
+
+def satisfied(argument: exp.Expr) -> exp.Expr:
+    """1 for a row whose condition is TRUE, else 0 (FALSE, NULL, or no BOOLEAN: the cast is
+    a TRY_CAST, so no value of the condition makes the row fail)."""
+    holds = exp.TryCast(this=argument.copy(), to=exp.DataType(this=exp.DType.BOOLEAN))
+    known = exp.Coalesce(this=holds, expressions=[exp.false()])
+    return exp.Cast(this=known, to=exp.DataType(this=exp.DType.INT))
 
 
 @dataclass(frozen=True)
@@ -72,6 +93,8 @@ class AggregateSpec:
     """A spread divided by n − 1 (VAR_SAMP, STDDEV_SAMP) rather than n."""
     root: bool = False
     """A spread's square root (STDDEV)."""
+    indicator: Callable[[exp.Expr], exp.Expr] | None = None
+    """For ``Form.PRESENT``: a row's 0/1, as SQL over the aggregate's argument."""
 
 
 SPECS = {
@@ -92,6 +115,17 @@ SPECS = {
             clippable=True,
             single=True,
             counts_rows=True,
+            indicator=present,
+        ),
+        AggregateSpec(
+            AggregateKind.COUNT_IF,
+            Form.PRESENT,
+            nodes=(exp.CountIf,),
+            bounded=False,
+            clippable=True,
+            single=True,
+            counts_rows=True,
+            indicator=satisfied,
         ),
         AggregateSpec(
             AggregateKind.COUNT_UNITS, Form.UNITS, bounded=False, clippable=True, single=True

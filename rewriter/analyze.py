@@ -397,6 +397,8 @@ def _classify(node: exp.Expr, relations: Relations, catalog: Catalog, automatic:
     if node.find(exp.Distinct) is not None:
         raise NonDPAggregate(f"{name} over DISTINCT values has no differentially private version")
     spec = of_node(node)
+    if spec is not None and not spec.bounded:  # a count of rows its argument selects
+        return Aggregate(node, spec.kind, argument=node.this)
     if spec is not None:
         argument, bounds = _bounded_argument(node.this, name, relations, catalog, automatic)
         return Aggregate(node, spec.kind, argument, bounds)

@@ -8,16 +8,20 @@ released values only. Its stages, as CTEs:
 ``source``   one line per private row: unit, keys, gridded values (NULL units dropped)
 ``cells``    per (unit, group): row count and sums                 — one pass, no sort
 ``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key)
-``bounded``  at most ``k`` rows per (unit, group): cells with ≤ k rows pass whole;
-             only cells with > k rows re-read their rows and keep the k with the
-             smallest keyed hash of the row's content (ties broken by content), so
-             what one unit keeps depends on its own rows only (PERFORMANCE.md)
-``groups``   per group: distinct units, rows, sums
+``bounded``  the strategy's bounding of each kept cell (``strategies``; for ROWS: at most
+             ``k`` rows per (unit, group): cells with ≤ k rows pass whole; only cells
+             with > k rows re-read their rows and keep the k with the smallest keyed
+             hash of the row's content (ties broken by content), so what one unit keeps
+             depends on its own rows only (PERFORMANCE.md))
+``groups``   per group: distinct units, rows, sums, and kept cells over the row cap
 ``cuts``     per group: how many cells bounding cut — kept cells over the row cap,
              and each unit's cells dropped by the group cap (all of them under listed
              keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order)
 ``released`` noise added and keys selected, materialised so each noisy value is
              drawn once however often the post-processing reads it
+
+Every stage is built as sqlglot expressions (``rewriter.sqlbuild``) and rendered once; no
+SQL text is pasted together except the CTE list of ``Stages``.
 
 The rewriter knows nothing of the noise: ``noise(value, sensitivity, epsilon)``,
 ``keep(units, max_groups, epsilon, delta)`` and ``quantile(buckets, weights, p, low, high,
@@ -38,8 +42,35 @@ from rewriter.aggregates import SPECS, Form
 from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.guard import never_raise
-from rewriter.ir import SECRET, private_rows
+from rewriter.ir import private_rows
 from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
+from rewriter.sqlbuild import (
+    OVER,
+    Layout,
+    at_most,
+    call,
+    chosen_over,
+    coalesce,
+    column,
+    columns,
+    count_rows,
+    derived,
+    double,
+    filtered,
+    huge,
+    joining,
+    named,
+    number,
+    rank,
+    render,
+    same_cell,
+    same_keys,
+    secret_hash,
+    select,
+    table,
+    total,
+    union_all,
+)
 from rewriter.strategies import STRATEGIES
 
 
@@ -58,41 +89,7 @@ def _sql(node: exp.Expr) -> str:
     return node.sql(dialect="duckdb")
 
 
-def _list(names: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(f"{prefix}{n}" for n in names)
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Column names of the generated statement: keys, per-row values and their cell sums."""
-
-    keys: list[str]
-    valued: list[Measurement]
-    values: list[str]
-    sums: list[str]
-    histograms: list[Measurement]
-
-    @classmethod
-    def of(cls, plan: Plan) -> _Layout:
-        valued = [m for m in plan.measurements if m.value is not None and m.kind != "histogram"]
-        return cls(
-            keys=[f"__k{i}" for i in range(len(plan.analysis.keys))],
-            valued=valued,
-            values=[f"__v{i}" for i in range(len(valued))],
-            sums=[f"__s{i}" for i in range(len(valued))],
-            histograms=[m for m in plan.measurements if m.kind == "histogram"],
-        )
-
-    @property
-    def buckets(self) -> list[str]:
-        return [f"__b{i}" for i in range(len(self.histograms))]
-
-    @property
-    def cell(self) -> list[str]:
-        return ["__unit", *self.keys]
-
-
-def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
+def _common(plan: Plan, layout: Layout) -> dict[str, str]:
     """The stages every statement shares: rows, cells, and the groups each unit keeps."""
     return {
         "__source": _rows(
@@ -101,8 +98,8 @@ def _common(plan: Plan, layout: _Layout) -> dict[str, str]:
             [m.value for m in [*layout.valued, *layout.histograms]],
             [*layout.values, *layout.buckets],
         ),
-        "__cells": _cells(layout.keys, layout.values, layout.sums),
-        "__chosen": _chosen(plan, layout),
+        "__cells": render(_cells(layout)),
+        "__chosen": render(_chosen(plan, layout)),
     }
 
 
@@ -128,7 +125,8 @@ class Stages:
     number of groups, never rows. ``release`` (CTEs, then ``final``) reads only those:
     noise, partition selection and the analyst's post-processing. One engine may run both
     as one statement (``generate``); another may run the aggregation where the data is and
-    the release where privsql's noise functions are, with the same result.
+    the release where privsql's noise functions are, with the same result. Each CTE is
+    held as its rendered SQL (built as sqlglot expressions, rendered once).
     """
 
     aggregation: dict[str, str]
@@ -158,21 +156,21 @@ class Stages:
 
 def stages(plan: Plan, functions: Functions) -> Stages:
     """The private query, split where its relations stop holding rows."""
-    layout = _Layout.of(plan)
+    layout = Layout.of(plan)
     ctes = _common(plan, layout)
     grouped = _uses_groups(plan)
     if grouped:
-        ctes["__bounded"] = BOUNDING[plan.bounding.strategy](plan, layout)
-        ctes["__groups"] = _groups(layout.keys, layout.sums)
-    ctes.update(_histograms(plan, layout))
-    ctes[CUTS] = _cuts_per_group(plan, layout)
-    domains = _domains(plan, layout.keys)
+        ctes["__bounded"] = render(STRATEGIES[plan.bounding.strategy].bounded(plan, layout))
+        ctes["__groups"] = render(_groups(layout))
+    ctes.update({name: render(q) for name, q in _histograms(plan, layout).items()})
+    ctes[CUTS] = render(_cuts_per_group(plan, layout))
+    domains = {name: render(q) for name, q in _domains(plan, layout.keys).items()}
     ctes.update(domains)
     counts = tuple(f"__counts{i}" for i in range(len(layout.histograms)))
     outputs = (*(("__groups",) if grouped else ()), *counts, CUTS, *domains)
-    columns = _measured_columns(plan.measurements, layout.sums)
-    release = _histogram_lists(layout)
-    release[RELEASED] = _released(plan, layout, columns, functions)
+    columns_of = _measured_columns(plan.measurements, layout.sums)
+    release = {name: render(q) for name, q in _histogram_lists(layout).items()}
+    release[RELEASED] = render(_released(plan, layout, columns_of, functions))
     return Stages(ctes, outputs, release, _post_processing(plan, layout.keys))
 
 
@@ -196,22 +194,44 @@ def threshold_sql(plan: Plan) -> str:
     √(2·rows) — and one grouped statement costs the engine far less to plan than one
     aggregate per candidate.
     """
-    layout = _Layout.of(plan)
+    layout = Layout.of(plan)
     means = [
-        f"round(sum({layout.sums[layout.valued.index(total)]}) / "
-        f"nullif(sum({layout.sums[layout.valued.index(count)]}), 0))::HUGEINT AS __mean{i}"
-        for i, (total, count) in enumerate(plan.mean_sums)
+        named(
+            huge(
+                exp.Round(
+                    this=exp.Div(
+                        this=total(column(layout.sums[layout.valued.index(centred)])),
+                        expression=exp.Nullif(
+                            this=total(column(layout.sums[layout.valued.index(count)])),
+                            expression=number(0),
+                        ),
+                    )
+                )
+            ),
+            f"__mean{i}",
+        )
+        for i, (centred, count) in enumerate(plan.mean_sums)
     ]
-    largest = (
-        f"SELECT __unit, max(__rows) AS __size{''.join(', ' + m for m in means)} "
-        "FROM __chosen GROUP BY __unit"
+    largest = select(
+        [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
+        table("__chosen"),
+        group=[column("__unit")],
     )
-    totals = "".join(f", sum(__mean{i}) AS __total{i}" for i in range(len(means)))
-    summary = f"SELECT false, __size, count(*) AS __units{totals} FROM ({largest}) GROUP BY __size"
+    totals = [named(total(column(f"__mean{i}")), f"__total{i}") for i in range(len(means))]
+    summary: exp.Query = select(
+        [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
+        derived(largest),
+        group=[column("__size")],
+    )
     if plan.bounding.groups > 1:
-        none = "".join(f", NULL AS __total{i}" for i in range(len(means)))
-        summary += f"\nUNION ALL SELECT true, __rows, count(*){none} FROM __chosen GROUP BY __rows"
-    return f"{_with(_common(plan, layout))}\n{summary}"
+        nulls = [named(exp.null(), f"__total{i}") for i in range(len(means))]
+        cells = select(
+            [exp.true(), column("__rows"), count_rows(), *nulls],
+            table("__chosen"),
+            group=[column("__rows")],
+        )
+        summary = union_all([summary, cells])
+    return f"{_with(_common(plan, layout))}\n{render(summary)}"
 
 
 def size_summary(
@@ -235,11 +255,20 @@ def groups_sql(plan: Plan) -> str:
     it (``size_summary`` folds them into how many touch more than each candidate) — the
     only input of MAX_GROUPS AUTO (per-unit counts, never rows; adding or removing a unit
     moves each count by at most one)."""
-    layout = _Layout.of(plan)
+    layout = Layout.of(plan)
     common = _common(plan, layout)
     ctes = {name: common[name] for name in ("__source", "__cells")}
-    touched = "SELECT __unit, count(*) AS __size FROM __cells GROUP BY __unit"
-    return f"{_with(ctes)}\nSELECT __size, count(*) AS __units FROM ({touched}) GROUP BY __size"
+    touched = select(
+        [column("__unit"), named(count_rows(), "__size")],
+        table("__cells"),
+        group=[column("__unit")],
+    )
+    sizes = select(
+        [column("__size"), named(count_rows(), "__units")],
+        derived(touched),
+        group=[column("__size")],
+    )
+    return f"{_with(ctes)}\n{render(sizes)}"
 
 
 def bounds_sql(
@@ -258,18 +287,28 @@ def bounds_sql(
         )
         for a in arguments
     ]
-    extremes = ", ".join(f"max({v}) AS __hi{i}, min({v}) AS __lo{i}" for i, v in enumerate(values))
-    counts = ", ".join(
-        f"count(*) FILTER (WHERE __{side}{i} {op} {sign}{c!r})"
+    extremes = [
+        named(function(this=column(v)), f"__{side}{i}")
+        for i, v in enumerate(values)
+        for function, side in ((exp.Max, "hi"), (exp.Min, "lo"))
+    ]
+    counts = [
+        filtered(count_rows(), comparison(this=column(f"__{side}{i}"), expression=bound))
         for i in range(len(values))
-        for side, op, sign in (("hi", ">", ""), ("lo", "<", "-"))
-        for c in magnitudes
-    )
-    source = _rows(analysis, [], numbers, values)
-    return (
-        f"WITH __source AS (\n{source}\n),\n__extremes AS (SELECT {extremes} FROM __source "
-        f"GROUP BY __unit)\nSELECT {counts} FROM __extremes"
-    )
+        for side, comparison, negative in (("hi", exp.GT, False), ("lo", exp.LT, True))
+        for bound in (_magnitude(c, negative) for c in magnitudes)
+    ]
+    ctes = {
+        "__source": _rows(analysis, [], numbers, values),
+        "__extremes": render(select(extremes, table("__source"), group=[column("__unit")])),
+    }
+    return f"{_with(ctes)}\n{render(select(counts, table('__extremes')))}"
+
+
+def _magnitude(value: float, negative: bool) -> exp.Expr:
+    """A magnitude, or its negation, as the exact text of its ``repr``."""
+    literal = exp.Literal.number(repr(value))
+    return exp.Neg(this=literal) if negative else literal
 
 
 def _double_of(argument: exp.Expr) -> exp.Expr:
@@ -288,34 +327,65 @@ def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[st
     return _sql(private_rows(analysis.rows, projection, analysis.unit, list(analysis.ctes)))
 
 
-def _cells(keys: list[str], values: list[str], sums: list[str]) -> str:
-    group = _list(["__unit", *keys])
-    aggregates = "".join(f", sum({v}) AS {s}" for v, s in zip(values, sums, strict=True))
-    return f"SELECT {group}, count(*) AS __rows{aggregates} FROM __source GROUP BY {group}"
-
-
-def _chosen(plan: Plan, layout: _Layout) -> str:
-    """At most MAX_GROUPS cells per unit: units touching no more keep all theirs; only the
-    cells of units over the cap are ranked, by keyed hash of (unit, key)."""
-    if not plan.groups_may_exceed_cap:
-        return "SELECT * FROM __cells"
-    cap = plan.bounding.groups
-    columns = _list([*layout.cell, "__rows", *layout.sums], "c.")
-    order = _group_order(layout)
-    return (
-        "SELECT c.* FROM __cells AS c JOIN (SELECT __unit, count(*) AS __groups FROM __cells "
-        f"GROUP BY __unit) AS u ON c.__unit = u.__unit WHERE u.__groups <= {cap}\n"
-        "UNION ALL\n"
-        f"SELECT {columns} FROM __cells AS c SEMI JOIN (SELECT __unit FROM __cells GROUP BY __unit "
-        f"HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
-        f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {order}) <= {cap}"
+def _cells(layout: Layout) -> exp.Select:
+    """Per (unit, group): row count and sums, one pass over the rows."""
+    sums = [named(total(column(v)), s) for v, s in zip(layout.values, layout.sums, strict=True)]
+    return select(
+        [*columns(layout.cell), named(count_rows(), "__rows"), *sums],
+        table("__source"),
+        group=columns(layout.cell),
     )
 
 
-def _group_order(layout: _Layout) -> str:
-    """The group cap's order among a unit's cells: keyed hash of (unit, key), ties by key."""
+def _chosen(plan: Plan, layout: Layout) -> exp.Query:
+    """At most MAX_GROUPS cells per unit: units touching no more keep all theirs; only the
+    cells of units over the cap are ranked, by keyed hash of (unit, key)."""
+    if not plan.groups_may_exceed_cap:
+        return select([exp.Star()], table("__cells"))
+    cap = plan.bounding.groups
+    touched = select(
+        [column("__unit"), named(count_rows(), "__groups")],
+        table("__cells"),
+        group=[column("__unit")],
+    )
+    few = select(
+        [exp.Column(this=exp.Star(), table=exp.to_identifier("c"))],
+        table("__cells", "c"),
+        joins=[
+            joining(
+                derived(touched, "u"),
+                exp.EQ(this=column("__unit", "c"), expression=column("__unit", "u")),
+            )
+        ],
+        where=at_most(column("__groups", "u"), cap),
+    )
+    ranked = select(
+        columns([*layout.cell, "__rows", *layout.sums], "c"),
+        table("__cells", "c"),
+        joins=[_units_over(cap)],
+        qualify=at_most(_group_rank(layout), cap),
+    )
+    return union_all([few, ranked])
+
+
+def _units_over(cap: int) -> exp.Join:
+    """SEMI JOIN of ``__cells AS c`` with the units touching more than ``cap`` groups."""
+    units = select(
+        [column("__unit")],
+        table("__cells"),
+        group=[column("__unit")],
+        having=exp.GT(this=count_rows(), expression=number(cap)),
+    )
+    on = exp.EQ(this=column("__unit", "c"), expression=column("__unit", "u"))
+    return joining(derived(units, "u"), on, "SEMI")
+
+
+def _group_rank(layout: Layout) -> exp.Window:
+    """A cell's rank among its unit's cells in the group cap's order: keyed hash of (unit,
+    key), ties by key."""
     keys = layout.keys
-    return f"hash({SECRET}, c.__unit, {_list(keys, 'c.')}), {_list(keys, 'c.')}"
+    order = [secret_hash(column("__unit", "c"), *columns(keys, "c")), *columns(keys, "c")]
+    return rank([column("__unit", "c")], order)
 
 
 CUTS = "__cuts"
@@ -325,235 +395,203 @@ CUT_COLUMN = "__cut"
 """The released (noisy) count of cut cells of each group."""
 
 
-def _cuts_per_group(plan: Plan, layout: _Layout) -> str:
-    """Per group: kept cells over the smallest row cap, plus the dropped cells of a unit
-    over the group cap whose rank in ``chosen``'s order is in (m, m + s], s =
-    ``Plan.dropped_sample`` (all of them under listed keys, else a keyed sample of m), so
-    one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over all groups."""
+def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
+    """Per group: kept cells over the smallest row cap (counted by ``__groups``), plus the
+    dropped cells of a unit over the group cap whose rank in ``chosen``'s order is in
+    (m, m + s], s = ``Plan.dropped_sample`` (all of them under listed keys, else a keyed
+    sample of m), so one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over
+    all groups."""
     keys, cap = layout.keys, plan.bounding.groups
-    columns = _list(keys) or "1"
-    parts = []
-    if plan.row_cap is not None:
-        parts.append(f"SELECT {columns} FROM __chosen WHERE __rows > {plan.row_cap}")
-    if plan.groups_may_exceed_cap:
+    over_cap = plan.row_cap is not None
+    if over_cap and _uses_groups(plan) and not plan.groups_may_exceed_cap:
+        return select([*columns(keys), column(CUT_COLUMN)], table("__groups"))
+    parts: list[exp.Query] = []
+    if over_cap and _uses_groups(plan):
+        parts.append(select([*columns(keys), column(CUT_COLUMN)], table("__groups")))
+    elif over_cap:
         parts.append(
-            f"SELECT {columns} FROM (SELECT c.* FROM __cells AS c SEMI JOIN (SELECT __unit "
-            f"FROM __cells GROUP BY __unit HAVING count(*) > {cap}) AS u ON c.__unit = u.__unit "
-            f"QUALIFY row_number() OVER (PARTITION BY c.__unit ORDER BY {_group_order(layout)}) "
-            f"BETWEEN {cap + 1} AND {cap + plan.dropped_sample})"
+            select(
+                [*columns(keys), named(number(1), CUT_COLUMN)],
+                table("__chosen"),
+                where=exp.GT(this=column("__rows"), expression=number(plan.row_cap)),
+            )
         )
-    cut = "\nUNION ALL\n".join(parts) or f"SELECT {columns} FROM __cells WHERE FALSE"
-    by = f" GROUP BY {_list(keys)}" if keys else ""
-    return f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __cut FROM ({cut}){by}"
-
-
-def _same_cell(keys: list[str], left: str, right: str) -> str:
-    pairs = [f"{left}.__unit = {right}.__unit"]
-    pairs += [f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in keys]
-    return " AND ".join(pairs)
-
-
-def _rows_bounded(plan: Plan, layout: _Layout) -> str:
-    """AKMV19 sample limiting: at most k rows per cell, the k smallest by keyed hash."""
-    cap, cell = plan.bounding.cap, layout.cell
-    if not plan.needs_rows:
-        return f"SELECT {_list(cell)}, least(__rows, {cap}) AS __rows FROM __chosen"
-    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
-    ranked = _ranked_rows(plan, layout)
-    sums = "".join(f", sum({v}) AS {s}" for v, s in zip(layout.values, layout.sums, strict=True))
-    capped = (
-        f"SELECT {_list(cell)}, count(*) AS __rows{sums} FROM ({ranked}) GROUP BY {_list(cell)}"
-    )
-    return f"{whole}\nUNION ALL\n{capped}"
-
-
-def _ranked_rows(plan: Plan, layout: _Layout) -> str:
-    """The rows kept from cells of more than k rows: the k smallest by keyed content hash."""
-    cap, cell = plan.bounding.cap, layout.cell
-    content = _list([*cell, *layout.values, *layout.buckets], "r.")
-    return (
-        f"SELECT {content} FROM __source AS r JOIN (SELECT {_list(cell)} FROM __chosen "
-        f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
-        f"QUALIFY row_number() OVER (PARTITION BY {_list(cell, 'r.')} "
-        f"ORDER BY {_row_order(layout)}) <= {cap}"
+    if plan.groups_may_exceed_cap:
+        dropped = select(
+            [exp.Column(this=exp.Star(), table=exp.to_identifier("c"))],
+            table("__cells", "c"),
+            joins=[_units_over(cap)],
+            qualify=exp.Between(
+                this=_group_rank(layout),
+                low=number(cap + 1),
+                high=number(cap + plan.dropped_sample),
+            ),
+        )
+        parts.append(select([*columns(keys), named(number(1), CUT_COLUMN)], derived(dropped)))
+    if not parts:
+        parts.append(
+            select(
+                [*columns(keys), named(number(0), CUT_COLUMN)],
+                table("__cells"),
+                where=exp.false(),
+            )
+        )
+    return select(
+        [*columns(keys), named(total(column(CUT_COLUMN)), CUT_COLUMN)],
+        derived(union_all(parts)),
+        group=columns(keys),
     )
 
 
-def _row_order(layout: _Layout) -> str:
-    """Sample limiting's order inside a cell: keyed hash of the row's content, ties by content."""
-    columns = [*layout.values, *layout.buckets]
-    content = _list([*layout.cell, *columns], "r.")
-    return f"hash({SECRET}, {content}), {_list(columns, 'r.') or 'r.__unit'}"
-
-
-def _weights_bounded(plan: Plan, layout: _Layout) -> str:
-    """EMMMR20 weighted averaging: a cell of s rows weighs each row min(1, h/s).
-
-    Per cell that is ``least(s, h)`` rows and ``sum · min(1, h/s)`` on a 2**-W weight
-    grid (floor division keeps |weighted| <= h·bound·2**W exactly); no row is re-read.
-    """
-    weighted = "".join(
-        f", CASE WHEN __rows <= {plan.cap(m)} THEN CAST({s} AS HUGEINT) * {1 << m.weight_bits} "
-        f"ELSE CAST({s} AS HUGEINT) * {plan.cap(m) << m.weight_bits} // __rows END AS {s}"
-        for m, s in zip(layout.valued, layout.sums, strict=True)
-    )
-    counted = [m for m in plan.measurements if m.kind == "rows"] or [
-        m for m in plan.measurements if m.kind != "units"
-    ]
-    rows = f"least(__rows, {plan.cap(counted[0])})" if counted else "__rows"
-    return f"SELECT {_list(layout.cell)}, {rows} AS __rows{weighted} FROM __chosen"
-
-
-def _clip_bounded(plan: Plan, layout: _Layout) -> str:
-    """RT24 Theorem III.1 clipping: a cell of s rows clips centred values to ±R·n/s.
-
-    Cells with at most n rows pass whole; larger cells re-read their rows, clip each
-    centred value to ±floor(R·n/s) half-steps (R the column's range), so the cell's
-    centred sum stays within R·n = T, and count at most n rows.
-    """
-    cap, cell = plan.bounding.cap, layout.cell
-    whole = f"SELECT {_list([*cell, '__rows', *layout.sums])} FROM __chosen WHERE __rows <= {cap}"
-    widths = "".join(f", {m.bound * cap} // __rows AS __w{i}" for i, m in enumerate(layout.valued))
-    parts = []
-    for i, (m, v, s) in enumerate(zip(layout.valued, layout.values, layout.sums, strict=True)):
-        if m.kind == "centred":
-            parts.append(f", sum(greatest(least(r.{v}, c.__w{i}), -c.__w{i})) AS {s}")
-        else:
-            parts.append(f", least(sum(r.{v}), {cap}) AS {s}")
-    clipped = (
-        f"SELECT {_list(cell, 'r.')}, least(count(*), {cap}) AS __rows{''.join(parts)} "
-        f"FROM __source AS r JOIN (SELECT {_list(cell)}{widths} FROM __chosen "
-        f"WHERE __rows > {cap}) AS c ON {_same_cell(layout.keys, 'r', 'c')} "
-        f"GROUP BY {_list(cell, 'r.')}"
-    )
-    return f"{whole}\nUNION ALL\n{clipped}"
-
-
-BOUNDING = {"ROWS": _rows_bounded, "WEIGHTS": _weights_bounded, "CLIP": _clip_bounded}
-"""The ``__bounded`` stage of each strategy."""
-
-
-def _histograms(plan: Plan, layout: _Layout) -> dict[str, str]:
+def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
     """Per group and quantile: the kept values' weight in each bucket.
 
     Every row counts ``2**W`` in its bucket, less what bounding cuts from the few cells it
-    trims (:func:`_cuts`): the big aggregation is over (group, bucket) only, and only the
-    rows of trimmed cells are read a second time (PERFORMANCE.md's fast shape).
+    trims (the strategy's ``histogram_cut``): the big aggregation is over (group, bucket)
+    only, and only the rows of trimmed cells are read a second time (PERFORMANCE.md's fast
+    shape).
     """
     keys = layout.keys
+    cut_of = STRATEGIES[plan.bounding.strategy].histogram_cut
     ctes = {}
     for i, (m, bucket) in enumerate(zip(layout.histograms, layout.buckets, strict=True)):
-        by = _list([*keys, bucket])
-        every = (
-            f"SELECT {by}, count(*) AS __n FROM __source WHERE {bucket} IS NOT NULL GROUP BY {by}"
+        by = [*keys, bucket]
+        present = exp.Not(this=exp.Is(this=column(bucket), expression=exp.null()))
+        every = select(
+            [*columns(by), named(count_rows(), "__n")],
+            table("__source"),
+            where=present,
+            group=columns(by),
         )
-        same = " AND ".join([f"a.{bucket} = c.{bucket}", _same_keys(keys, "a", "c")])
-        weights = (
-            f"SELECT {_list(keys, 'a.') + ', ' if keys else ''}a.{bucket} AS __bucket, "
-            f"CAST(a.__n AS HUGEINT) * {1 << m.weight_bits} - coalesce(c.__cut, 0) AS __weight "
-            f"FROM ({every}) AS a LEFT JOIN ({_cuts(plan, layout, m, bucket)}) AS c ON {same}"
+        cut = cut_of(plan, layout, m, bucket, _trimmed(plan, layout, plan.cap(m)))
+        weight = exp.Sub(
+            this=exp.Mul(this=huge(column("__n", "a")), expression=number(1 << m.weight_bits)),
+            expression=coalesce(column("__cut", "c"), number(0)),
         )
-        ctes[f"__counts{i}"] = weights
+        same = exp.And(
+            this=exp.EQ(this=column(bucket, "a"), expression=column(bucket, "c")),
+            expression=same_keys(keys, "a", "c"),
+        )
+        ctes[f"__counts{i}"] = select(
+            [
+                *columns(keys, "a"),
+                named(column(bucket, "a"), "__bucket"),
+                named(weight, "__weight"),
+            ],
+            derived(every, "a"),
+            joins=[joining(derived(cut, "c"), same, side="LEFT")],
+        )
     return ctes
 
 
-def _cuts(plan: Plan, layout: _Layout, m: Measurement, bucket: str) -> str:
-    """Per (group, bucket): the weight bounding takes from the rows of trimmed cells.
-
-    Trimmed cells are those over the cap, and those the group cap drops (all their rows
-    go). ROWS drops the rows past the k smallest keyed content hashes (the ranking
-    :func:`_ranked_rows` uses); WEIGHTS keeps floor(h·2**W/s) of each row's 2**W.
-    """
-    cap, cell, keys = plan.cap(m), layout.cell, layout.keys
-    trimmed = f"SELECT {_list(cell)}, __rows, TRUE AS __chosen FROM __chosen WHERE __rows > {cap}"
-    if plan.groups_may_exceed_cap:
-        trimmed += (
-            f"\nUNION ALL\nSELECT {_list(cell, 'c.')}, c.__rows, FALSE FROM __cells AS c "
-            f"ANTI JOIN __chosen AS h ON {_same_cell(keys, 'c', 'h')}"
-        )
-    joined = f"FROM __source AS r JOIN ({trimmed}) AS c ON {_same_cell(keys, 'r', 'c')}"
-    by = _list([*keys, bucket])
-    if not STRATEGIES[plan.bounding.strategy].rereads_rows:  # weights: a share of each row
-        full = 1 << m.weight_bits
-        return (
-            f"SELECT {_list([*keys, bucket], 'r.')}, sum(CASE WHEN c.__chosen THEN "
-            f"{full} - {cap * full} // c.__rows ELSE {full} END) AS __cut {joined} "
-            f"WHERE r.{bucket} IS NOT NULL GROUP BY {_list([*keys, bucket], 'r.')}"
-        )
-    ranked = (
-        f"SELECT {_list([*keys, bucket], 'r.')}, c.__chosen, row_number() OVER (PARTITION BY "
-        f"{_list(cell, 'r.')} ORDER BY {_row_order(layout)}) AS __rank {joined}"
+def _trimmed(plan: Plan, layout: Layout, cap: int) -> exp.Expr:
+    """``(…) AS c``: the cells bounding trims — kept cells over ``cap`` (``__chosen`` true)
+    and, when the group cap may bind, the cells it dropped (false) — with their rows."""
+    kept = chosen_over(layout, cap, [column("__rows"), named(exp.true(), "__chosen")])
+    if not plan.groups_may_exceed_cap:
+        return derived(kept, "c")
+    dropped = select(
+        [*columns(layout.cell, "c"), column("__rows", "c"), exp.false()],
+        table("__cells", "c"),
+        joins=[joining(table("__chosen", "h"), same_cell(layout.keys, "c", "h"), "ANTI")],
     )
-    return (
-        f"SELECT {by}, count(*) AS __cut FROM ({ranked}) WHERE {bucket} IS NOT NULL "
-        f"AND (NOT __chosen OR __rank > {cap}) GROUP BY {by}"
-    )
+    return derived(union_all([kept, dropped]), "c")
 
 
-def _histogram_lists(layout: _Layout) -> dict[str, str]:
+def _histogram_lists(layout: Layout) -> dict[str, exp.Query]:
     """Each quantile's bucket counts per group as two parallel lists, in bucket order."""
     keys = layout.keys
-    group_by = f" GROUP BY {_list(keys)}" if keys else ""
+
+    def in_order(node: exp.Expr) -> exp.Expr:
+        order = exp.Order(this=node, expressions=[exp.Ordered(this=column("__bucket"))])
+        return exp.ArrayAgg(this=order)
+
     return {
-        f"__hist{i}": (
-            f"SELECT {_list(keys) + ', ' if keys else ''}list(__bucket ORDER BY __bucket) AS "
-            f"__buckets, list(CAST(__weight AS HUGEINT) ORDER BY __bucket) AS __weights "
-            f"FROM __counts{i}{group_by}"
+        f"__hist{i}": select(
+            [
+                *columns(keys),
+                named(in_order(column("__bucket")), "__buckets"),
+                named(in_order(huge(column("__weight"))), "__weights"),
+            ],
+            table(f"__counts{i}"),
+            group=columns(keys),
         )
         for i in range(len(layout.histograms))
     }
 
 
-def _groups(keys: list[str], sums: list[str]) -> str:
-    aggregates = "".join(f", sum({s}) AS {s}" for s in sums)
-    select = f"SELECT {_list(keys) + ', ' if keys else ''}count(*) AS __units, "
-    select += f"sum(__rows) AS __rows{aggregates} FROM __bounded"
-    return select + (f" GROUP BY {_list(keys)}" if keys else "")
+def _groups(layout: Layout) -> exp.Select:
+    """Per group: distinct units, kept rows, sums, and kept cells over the row cap."""
+    sums = [named(total(column(s)), s) for s in layout.sums]
+    return select(
+        [
+            *columns(layout.keys),
+            named(count_rows(), "__units"),
+            named(total(column("__rows")), "__rows"),
+            *sums,
+            named(filtered(count_rows(), column(OVER)), CUT_COLUMN),
+        ],
+        table("__bounded"),
+        group=columns(layout.keys),
+    )
 
 
 def _measured_columns(measurements: Sequence[Measurement], sums: list[str]) -> dict[str, str]:
     """Which column of ``__groups`` each measurement perturbs."""
-    columns = {}
+    measured = {}
     next_sum = iter(sums)
     for m in measurements:
         if m.kind == "histogram":
             continue
-        columns[m.name] = next(next_sum) if m.value is not None else f"__{m.kind}"
-    return columns
+        measured[m.name] = next(next_sum) if m.value is not None else f"__{m.kind}"
+    return measured
 
 
-def _released(plan: Plan, layout: _Layout, columns: dict[str, str], functions: Functions) -> str:
+def _released(
+    plan: Plan, layout: Layout, measured: dict[str, str], functions: Functions
+) -> exp.Select:
     keys = layout.keys
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
-    noisy = ", ".join(_release(plan, m, columns, histogram, functions) for m in plan.measurements)
-    noisy += (
-        f", {functions.check or functions.noise}(CAST(coalesce(x.__cut, 0) AS HUGEINT), "
-        f"CAST({plan.cut_sensitivity} AS HUGEINT), CAST('{plan.cut_epsilon!r}' AS DOUBLE)) "
-        f"AS {CUT_COLUMN}"
+    noisy = [_release(plan, m, measured, histogram, functions) for m in plan.measurements]
+    check = call(
+        functions.check or functions.noise,
+        huge(coalesce(column(CUT_COLUMN, "x"), number(0))),
+        huge(number(plan.cut_sensitivity)),
+        double(plan.cut_epsilon),
     )
+    noisy.append(named(check, CUT_COLUMN))
     grouped = _uses_groups(plan)
+    joins: list[exp.Join] = []
     if keys and plan.partition is None:
-        domain = " CROSS JOIN ".join(_domains(plan, keys))
-        select = f"SELECT {_list(keys, 'd.')}, {noisy} FROM (SELECT * FROM {domain}) AS d"
+        domains = [f"__domain{i}" for i in range(len(keys))]
+        product = select(
+            [exp.Star()],
+            table(domains[0]),
+            joins=[joining(table(name), kind="CROSS") for name in domains[1:]],
+        )
+        source, outer, items = derived(product, "d"), "d", columns(keys, "d")
         if grouped:
-            select += f" LEFT JOIN __groups AS g ON {_same_keys(keys, 'd', 'g')}"
-        outer = "d"
+            joins.append(joining(table("__groups", "g"), same_keys(keys, "d", "g"), side="LEFT"))
     elif grouped:
-        select = f"SELECT {_list(keys, 'g.') + ', ' if keys else ''}{noisy} FROM __groups AS g"
-        outer = "g"
+        source, outer, items = table("__groups", "g"), "g", columns(keys, "g")
     else:  # quantiles only, no keys: one row
-        select = f"SELECT {noisy} FROM (SELECT 1) AS g"
-        outer = "g"
+        source, outer, items = derived(select([number(1)]), "g"), "g", []
     for i in range(len(layout.histograms)):
-        select += f" LEFT JOIN __hist{i} AS h{i} ON {_same_keys(keys, outer, f'h{i}')}"
-    select += f" LEFT JOIN {CUTS} AS x ON {_same_keys(keys, outer, 'x')}"
+        joins.append(
+            joining(table(f"__hist{i}", f"h{i}"), same_keys(keys, outer, f"h{i}"), side="LEFT")
+        )
+    joins.append(joining(table(CUTS, "x"), same_keys(keys, outer, "x"), side="LEFT"))
+    where = None
     if plan.partition is not None:
         p = plan.partition
-        select += (
-            f" WHERE {functions.keep}(g.__units, {p.max_groups}, "
-            f"CAST('{p.epsilon!r}' AS DOUBLE), CAST('{p.delta!r}' AS DOUBLE))"
+        where = call(
+            functions.keep,
+            column("__units", "g"),
+            number(p.max_groups),
+            double(p.epsilon),
+            double(p.delta),
         )
-    return select
+    return select([*items, *noisy], source, joins=joins, where=where)
 
 
 def _uses_groups(plan: Plan) -> bool:
@@ -561,42 +599,45 @@ def _uses_groups(plan: Plan) -> bool:
     return plan.partition is not None or any(m.kind != "histogram" for m in plan.measurements)
 
 
-def _domains(plan: Plan, keys: list[str]) -> dict[str, str]:
+def _domains(plan: Plan, keys: list[str]) -> dict[str, exp.Query]:
     """The public values of every key, when all keys have them and so stand for the groups."""
     if not keys or plan.partition is not None:
         return {}
     return {
-        f"__domain{i}": f"SELECT {k} FROM ({_sql(key.domain)}) AS d{i}({k})"
+        f"__domain{i}": select([column(k)], derived(key.domain.copy(), f"d{i}", [k]))
         for i, (key, k) in enumerate(zip(plan.analysis.keys, keys, strict=True))
         if key.domain is not None
     }
 
 
-def _same_keys(keys: list[str], left: str, right: str) -> str:
-    pairs = [f"{left}.{k} IS NOT DISTINCT FROM {right}.{k}" for k in keys]
-    return " AND ".join(pairs) or "TRUE"
-
-
 def _release(
     plan: Plan,
     m: Measurement,
-    columns: dict[str, str],
+    measured: dict[str, str],
     histogram: dict[str, int],
     functions: Functions,
-) -> str:
+) -> exp.Expr:
     """One measurement, released by the function its kind calls for."""
-    epsilon = f"CAST('{m.epsilon!r}' AS DOUBLE)"
-    sensitivity = f"CAST({plan.sensitivity(m)} AS HUGEINT)"
+    epsilon = double(m.epsilon)
+    sensitivity = huge(number(plan.sensitivity(m)))
     if m.quantile is not None:
         p, low, high = m.quantile
         h = f"h{histogram[m.name]}"
-        return (
-            f"{functions.quantile}({h}.__buckets, {h}.__weights, CAST('{p!r}' AS DOUBLE), "
-            f"CAST('{low!r}' AS DOUBLE), CAST('{high!r}' AS DOUBLE), {BUCKETS}, {epsilon}, "
-            f"CAST('{m.interval_epsilon!r}' AS DOUBLE), {sensitivity}) AS {m.name}"
+        value = call(
+            functions.quantile,
+            column("__buckets", h),
+            column("__weights", h),
+            double(p),
+            double(low),
+            double(high),
+            number(BUCKETS),
+            epsilon,
+            double(m.interval_epsilon),
+            sensitivity,
         )
-    value = f"CAST(coalesce(g.{columns[m.name]}, 0) AS HUGEINT)"
-    return f"{functions.noise}({value}, {sensitivity}, {epsilon}) AS {m.name}"
+        return named(value, m.name)
+    exact = huge(coalesce(column(measured[m.name], "g"), number(0)))
+    return named(call(functions.noise, exact, sensitivity, epsilon), m.name)
 
 
 def _post_processing(plan: Plan, keys: list[str]) -> str:
@@ -642,7 +683,7 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
     for arg in ("limit", "offset"):
         if analysis.select.args.get(arg) is not None:
             query.set(arg, analysis.select.args[arg].copy())
-    return _sql(query)
+    return render(query)
 
 
 SUPPORT_PREFIX = "__privsql_"

@@ -47,9 +47,7 @@ from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.guard import condition, never_raise_named
 from rewriter.relations import Origin, Relations, items, source_sql
 from rewriter.resolve import IDENTITY
-
-SECRET = "$privsql_secret"
-"""The statement's parameter carrying the database's hashing secret (as the bounded stage)."""
+from rewriter.sqlbuild import secret_hash
 
 RANK = "__privsql_rank"
 """The column ranking a heavy unit's rows in the join cap (a plain filter on it rather than
@@ -488,7 +486,7 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
     label = item.label
     unit = exp.column(item.unit_name, table=label, quoted=True)
     row = [exp.column(c, table=label, quoted=True) for c in item.columns]
-    order = exp.Anonymous(this="hash", expressions=[exp.var(SECRET), unit.copy(), *row])
+    order = secret_hash(unit.copy(), *row)
     rank = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],

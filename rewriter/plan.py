@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from rewriter.aggregates import SPECS, Form
+from rewriter.aggregates import SPECS, Form, present
 from rewriter.analyze import Aggregate, Analysis
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.options import AUTO
@@ -456,8 +456,8 @@ def _public_groups(analysis: Analysis) -> int:
 WEIGHTED = ("count", "sum", "centred", "squares", "histogram")
 """Measurements whose per-cell values BOUND WEIGHTS scales on the 2**-W weight grid."""
 
-COUNTED = {Form.ROWS: ("rows", False), Form.UNITS: ("units", False), Form.PRESENT: ("count", True)}
-"""Counts, by form: which measurement each is, and whether it sums a per-row indicator."""
+COUNTED = {Form.ROWS: "rows", Form.UNITS: "units", Form.PRESENT: "count"}
+"""Counts, by form: which measurement each is (``count`` sums the spec's per-row indicator)."""
 
 
 class _Builder:
@@ -479,10 +479,14 @@ class _Builder:
         return measurement
 
     def statistic(self, aggregate: Aggregate, epsilon: float) -> Statistic:
-        form = SPECS[aggregate.kind].form
+        spec = SPECS[aggregate.kind]
+        form = spec.form
         if form in COUNTED:
-            measured, per_row = COUNTED[form]
-            value = _present(aggregate.argument) if per_row else None
+            measured = COUNTED[form]
+            value = None
+            if spec.indicator is not None:
+                assert aggregate.argument is not None
+                value = spec.indicator(aggregate.argument)
             m = self.measure(measured, value, 1, epsilon)
             expression = _integer(m) if m.weight_bits == 0 else scaled(m)
             return Statistic(aggregate, expression, (m.name,))
@@ -561,8 +565,7 @@ def _double(value: float) -> exp.Expr:
 def _present(argument: exp.Expr | None) -> exp.Expr:
     """1 for a row whose value is counted (not NULL), else 0."""
     assert argument is not None
-    present = exp.Not(this=exp.Is(this=argument.copy(), expression=exp.null()))
-    return exp.Cast(this=present, to=_type(exp.DType.INT))
+    return present(argument)
 
 
 def _gridded(argument: exp.Expr | None, grid: Grid) -> exp.Expr:

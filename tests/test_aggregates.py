@@ -12,14 +12,15 @@ import privsql
 from rewriter.aggregates import SPECS, AggregateKind, Form
 from rewriter.analyze import analyze
 from rewriter.errors import UnsupportedQuery
-from rewriter.generate import BOUNDING
-from rewriter.plan import WEIGHTED, plan
+from rewriter.generate import Functions, stages
+from rewriter.plan import WEIGHT_BITS, WEIGHTED, plan
 from rewriter.strategies import STRATEGIES
 
 WRITTEN = {
     AggregateKind.COUNT_ROWS: "COUNT(*)",
     AggregateKind.COUNT_VALUES: "COUNT(v)",
     AggregateKind.COUNT_UNITS: "COUNT(DISTINCT uid)",
+    AggregateKind.COUNT_IF: "COUNT_IF(v > 3)",
     AggregateKind.SUM: "SUM(v CLAMPED BETWEEN 0 AND 10)",
     AggregateKind.AVG: "AVG(v CLAMPED BETWEEN 0 AND 10)",
     AggregateKind.QUANTILE: "MEDIAN(v CLAMPED BETWEEN 0 AND 10)",
@@ -78,10 +79,6 @@ def test_bound_clip_accepts_exactly_the_clippable_aggregates(db, kind):
             plan(analysis, epsilon=1.0, delta=1e-6)
 
 
-def test_every_strategy_has_its_bounding_stage():
-    assert set(BOUNDING) == set(STRATEGIES)
-
-
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_a_plan_follows_its_strategys_spec(db, name):
     spec = STRATEGIES[name]
@@ -96,3 +93,61 @@ def test_a_plan_follows_its_strategys_spec(db, name):
     assert query_plan.needs_rows == spec.rereads_rows
     weighted = {m.weight_bits for m in query_plan.measurements if m.kind in WEIGHTED}
     assert weighted == {spec.weight_bits}
+
+
+def _exact_groups(db, query: str) -> list[tuple]:
+    """The exact per-group measurements (``__groups``) of a query's generated statement."""
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    parts = stages(query_plan, Functions("noise", "keep", "quantile"))
+    statement = f"SELECT * EXCLUDE (__cut) FROM ({parts.output('__groups')})"
+    secret = {"privsql_secret": 7} if "$privsql_secret" in statement else None
+    return db._con.execute(statement, secret).fetchall()
+
+
+@pytest.mark.parametrize("strategy, weight_bits", [("ROWS", 0), ("WEIGHTS", WEIGHT_BITS)])
+def test_count_if_measures_the_rows_its_condition_selects(db, strategy, weight_bits):
+    """COUNT_IF is one spec: its indicator is what the generated SQL sums, so with a cap
+    that cuts nothing its exact measurement is DuckDB's own COUNT_IF."""
+    [(units, rows, selected)] = _exact_groups(
+        db, f"SELECT COUNT_IF(v > 3) FROM t PRIVACY_UNIT uid BOUND {strategy} 100 EPSILON 1"
+    )
+    [(expected,)] = db._con.sql("SELECT count_if(v > 3) FROM t").fetchall()
+    assert (units, rows) == (10, 100)
+    assert selected == expected << weight_bits and 0 < expected < 100
+
+
+def test_count_if_counts_only_kept_rows_and_no_condition_value_raises(db):
+    """Bounded like COUNT: at most k kept rows per unit count; a condition that is NULL, not
+    a BOOLEAN after TRY, or fails on a row counts 0 for that row and raises nothing."""
+    [(units, rows, selected)] = _exact_groups(
+        db, "SELECT COUNT_IF(v > 3) FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 1"
+    )
+    assert (units, rows) == (10, 20) and 0 < selected <= 20
+    hostile = "CAST(CASE WHEN v > 5 THEN 'x' ELSE '1' END AS INT) / (uid - 3) > 0"
+    [(units, rows, selected)] = _exact_groups(
+        db, f"SELECT COUNT_IF({hostile}) FROM t PRIVACY_UNIT uid BOUND ROWS 100 EPSILON 1"
+    )
+    [(expected,)] = db._con.sql(f"SELECT count(*) FROM t WHERE TRY({hostile}) IS TRUE").fetchall()
+    assert (units, rows, selected) == (10, 100, expected) and 0 < expected < 100
+
+
+@pytest.mark.parametrize("aggregate", ["COUNT(DISTINCT uid)", "COUNT(*)"])
+def test_the_cut_count_holds_each_units_sampled_dropped_cell(aggregate):
+    """Under MAX_GROUPS 1 and private keys, the bounding check counts one dropped cell of
+    each unit touching more than one group (its keyed sample of m = 1), whether or not a
+    row cap is measured (COUNT(DISTINCT unit) measures none): 7 of these 10 units."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE touches AS SELECT u AS uid, g FROM range(10) a(u), range(4) b(g) "
+        "WHERE g <= u % 4"
+    )
+    db = privsql.connect(con, budget=100)
+    query = (
+        f"SELECT g, {aggregate} FROM touches GROUP BY g PRIVACY_UNIT uid BOUND ROWS 100 "
+        "MAX_GROUPS 1 EPSILON 1"
+    )
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    assert query_plan.dropped_sample == 1
+    cuts = stages(query_plan, Functions("noise", "keep", "quantile")).output("__cuts")
+    [(cut,)] = con.execute(f"SELECT sum(__cut) FROM ({cuts})", {"privsql_secret": 7}).fetchall()
+    assert cut == 7

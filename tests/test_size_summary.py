@@ -39,9 +39,9 @@ def filtered(con, sizes_sql: str, totals: int) -> tuple[int, ...]:
 
 def split(statement: str) -> tuple[str, str]:
     """``statement``'s common part (its WITH clause) and its per-unit histogram's inner query."""
-    units = statement.split("\nUNION ALL ")[0]
+    units = statement.split(" UNION ALL SELECT TRUE, __rows")[0]
     head, _, inner = units.rpartition("FROM (")
-    return head[: head.rindex("SELECT false, __size")], inner.removesuffix(") GROUP BY __size")
+    return head[: head.rindex("SELECT FALSE, __size")], inner.removesuffix(") GROUP BY __size")
 
 
 def per_unit(statement: str) -> str:
