@@ -518,6 +518,7 @@ class Session:
             search.rank,
             epsilon,
             self._rng,
+            margin=0,
         )
         if listed:
             return chosen
