@@ -151,6 +151,28 @@ def run(con, draws: int, epsilons, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def plot(results: pd.DataFrame) -> None:
+    """AUTO/best per ε for each variant, one panel per data shape and statistic."""
+    plt = c.pyplot()
+    panels = results[["data", "statistic"]].drop_duplicates().itertuples(index=False)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6), sharey=True)
+    for ax, (data, statistic) in zip(axes, panels, strict=True):
+        cell = results[(results.data == data) & (results.statistic == statistic)]
+        for rule, part in cell.groupby("rule", sort=False):
+            ax.plot(part.epsilon, part.auto_vs_best, marker="o", ms=3, label=rule)
+        median = cell.drop_duplicates("epsilon")
+        ax.plot(median.epsilon, median.median_vs_best, "k:", label="median cap")
+        ax.axhline(2, color="k", lw=0.8, ls="--")
+        ax.set(xscale="log", yscale="log", title=f"{data} {statistic}", xlabel="ε")
+    axes[0].set_ylabel("expected error / best fixed cap's")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = c.figure("utility-cap-rules.png")
+    fig.savefig(path)
+    plt.close(fig)
+    print(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="40 draws per cell")
@@ -171,6 +193,7 @@ def main() -> None:
         within_2=lambda r: int((r <= 2).sum()), cells="size", worst="max"
     )
     print(c.markdown(within.reset_index()))
+    plot(results)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 
