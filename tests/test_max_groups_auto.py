@@ -162,14 +162,14 @@ def test_coverage_of_more_shapes(flights, key, aggregate, epsilon, bar):
     cells whose 95% interval covers the truth or is flagged. Measured over seeds 21, 22 (and
     11–13 for months): AVG(air_time) per origin 99–100% at ε = 0.1 and 1, per carrier
     99.8% at ε = 1 (the variance rule's cap and the mean's interval leave room);
-    COUNT(*) per origin 92.5–93.3% at ε = 1. Two are below the 93% of the issue, and the
+    COUNT(*) per origin 92.5–98.3% at ε = 1. Two are below the 93% of the issue, and the
     bars here only guard them against getting worse: COUNT(*) per month at ε = 0.1 is
     91–95% (the misses are the runs whose row cap is 11 or 17 flights per aircraft and
     month, where 26–86 are right: permute-and-flip resolves the cells above a cap only to
     about m·2·ln(52)/ε_s ≈ 7 000 of 38 000 here), and per origin at ε = 0.1 61–76% (caps
     of 86–195 flights where 292 cuts under 1%; a unit's cells over the cap count 1/m each,
     so with m = 3 the search's resolution is 1 750 of 7 900 cells). Counting units over the
-    cap instead (target ⌈G/ε⌉) covers 95–96% there but costs 1.5–2.2× the error, and 4–6×
+    cap instead (target ⌈G/ε⌉) covers 94–96% there but costs 1.5–2.2× the error, and 4–6×
     on units in many groups (docs/utility.md §10)."""
     domain = [
         k for (k,) in flights.sql(f"SELECT DISTINCT {key} FROM flights ORDER BY 1").fetchall()
