@@ -83,7 +83,8 @@ def expected_error(
 
 def shipped(margin: int = 1, share: float = SEARCH_SHARE) -> tuple[Rule, float]:
     def rule(units, exceedances, rank, eps, rng) -> int:
-        return rank_threshold(CANDIDATES, units, exceedances, rank, share * eps, rng, 1, margin)
+        choice = rank_threshold(CANDIDATES, units, exceedances, rank, share * eps, rng, 1, margin)
+        return choice.cap
 
     return rule, share
 
@@ -93,7 +94,7 @@ def bounded(bound_share: float = 0.3) -> tuple[Rule, float]:
         search = SEARCH_SHARE * eps
         chosen = rank_threshold(
             CANDIDATES, units, exceedances, rank, (1 - bound_share) * search, rng, 1, 0
-        )
+        ).cap
         top = bulk_top(CANDIDATES, units, exceedances, bound_share * search, rng)
         above = CANDIDATES[min(CANDIDATES.index(chosen) + 1, len(CANDIDATES) - 1)]
         return above if top is None else min(above, max(chosen, top))
