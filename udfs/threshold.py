@@ -102,7 +102,7 @@ def rank_threshold(
     The choice is ``blind`` when γ is at its floor of 1/2: the whole evidence the data give
     against the smallest candidate, ε_s·(n̂ − r/m)/2 nats, is below PRIOR_SPAN, so the prior
     and the draw, not the data, set the cap. The answers it bounds may then have lost most
-    of their rows (MovieLens-like COUNT(*) at ε ≤ 0.1: caps of 3–130 ratings per user, 28–97%
+    of their rows (MovieLens-like COUNT(*) at ε ≤ 0.1: caps of 3–243 ratings per user, 13–97%
     of the rows cut), which the interval does not show and the bounding check, at 5% of ε,
     mostly cannot see; the session flags them as it flags guessed bounds.
 
