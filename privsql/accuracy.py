@@ -90,8 +90,9 @@ ROW_COUNTS = tuple(kind for kind, spec in SPECS.items() if spec.counts_rows)
 
 def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
     """The outputs computed from an aggregate whose bounds BOUND AUTO had to guess (no
-    estimate cleared its threshold at this ε): their values may be clamped far from where
-    they lie, whatever their intervals say."""
+    estimate cleared its threshold at this ε), or whose AUTO cap's search was blind
+    (``udfs.RankChoice``): their values may be clamped or cut far from where they lie,
+    whatever their intervals say."""
     return frozenset(
         output_name(item)
         for item in plan.analysis.select.expressions

@@ -74,7 +74,8 @@ class Result:
         self._ranges = dict(ranges or {})
         self.clamped = clamped
         self._guessed = guessed
-        """Outputs whose bounds BOUND AUTO guessed: flagged in every cell."""
+        """Outputs whose bounds BOUND AUTO guessed, or whose AUTO cap's search was blind:
+        flagged in every cell."""
         """Whether the released values were moved into their known ranges (``clamp``)."""
 
     @property
@@ -249,8 +250,9 @@ class Result:
         guessed = [name for name in self.columns if name in self._guessed]
         if guessed:
             return (
-                f"⚠ at this ε the bounds of {', '.join(guessed)} could not be estimated, so "
-                "values may be clamped far from where they lie: add CLAMPED BETWEEN, or raise ε"
+                f"⚠ at this ε the data could not set the bounds or the AUTO cap of "
+                f"{', '.join(guessed)}, so values may be clamped or cut far from the truth: "
+                "add CLAMPED BETWEEN or a fixed BOUND, or raise ε"
             )
         share = f" (≥ ~{100 * lost / (kept + lost):.0f}% of their rows)" if lost else ""
         return (

@@ -492,7 +492,9 @@ class Session:
         if search.step == "groups":
             counts = group_counts(search.plan)
             return replace(decided, groups=self._group_cap(search.plan, counts, summary))
-        return replace(decided, caps=self._thresholds(search.plan, summary))
+        caps, blind = self._thresholds(search.plan, summary)
+        guessed = decided.guessed | _blind_aggregates(search.plan, blind)
+        return replace(decided, caps=caps, guessed=guessed)
 
     def _check_affordable(self, epsilon: float, delta: float) -> None:
         """Refuse, charging nothing, a release the ledger cannot afford (ε or δ, of the
@@ -518,7 +520,8 @@ class Session:
             search.rank,
             epsilon,
             self._rng,
-        )
+            margin=0,
+        ).cap
         if listed:
             return chosen
         fine = [over[c] for c in GROUP_COUNTS]
@@ -555,8 +558,11 @@ class Session:
         search = threshold_search(query_plan)
         return search.summary(self._engine.rows(search.statement, self._ledger.secret))
 
-    def _thresholds(self, query_plan: Plan, summary: Sequence[int]) -> dict[str, int]:
-        """The AUTO caps, one per rule, each from the per-unit summary with its ε part."""
+    def _thresholds(
+        self, query_plan: Plan, summary: Sequence[int]
+    ) -> tuple[dict[str, int], frozenset[str]]:
+        """The AUTO caps, one per rule, each from the per-unit summary with its ε part, and
+        the rules whose search was blind (``udfs.RankChoice``)."""
         search = query_plan.search
         assert search is not None
         width = len(CANDIDATES)
@@ -565,13 +571,16 @@ class Session:
         groups = query_plan.bounding.groups  # above 1: the summary ends with cell counts
         end = len(summary) - (width if groups > 1 else 0)
         cells = [int(v) for v in summary[end:]] if groups > 1 else exceedances
-        caps = {}
+        caps, blind = {}, set()
         for rule in search.rules:
             if rule in ("rank", "quantile"):
                 rank = search.rank if rule == "rank" else _quantile_rank(query_plan)
-                caps[rule] = udfs.rank_threshold(
+                choice = udfs.rank_threshold(
                     CANDIDATES, units, cells, rank, epsilon, self._rng, groups
                 )
+                caps[rule] = choice.cap
+                if choice.blind:
+                    blind.add(rule)
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
             means = [
@@ -591,7 +600,7 @@ class Session:
                 self._rng,
                 search.noise_factor,
             )
-        return caps
+        return caps, frozenset(blind)
 
     def _result(
         self, table: pa.Table, query_plan: Plan, *, cached: bool, guessed: frozenset[str]
@@ -626,6 +635,15 @@ def _progress_after(progress: bool | float) -> float | None:
     if not (math.isfinite(progress) and progress >= 0):
         raise ValueError("progress= takes True, False or a number of seconds, at least 0")
     return float(progress)
+
+
+def _blind_aggregates(query_plan: Plan, rules: frozenset[str]) -> frozenset[str]:
+    """The aggregates (by SQL) bounded by a cap whose search was blind: flagged in every
+    cell, as guessed bounds are, since their intervals cannot show what the cap cut."""
+    capped = {m.name for m in query_plan.measurements if m.rule in rules and m.kind != "units"}
+    return frozenset(
+        to_sql(s.aggregate.node) for s in query_plan.statistics if capped & set(s.measurements)
+    )
 
 
 def _quantile_rank(query_plan: Plan) -> int:

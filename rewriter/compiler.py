@@ -46,7 +46,8 @@ class Decided:
     ``bounds``: each BOUND AUTO aggregate's estimated (low, high), by its SQL, and
     ``spent`` the ε that estimate took; ``groups``: MAX_GROUPS chosen by MAX_GROUPS AUTO;
     ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
-    (by SQL) whose bounds no estimate supported, so that their answers are flagged.
+    (by SQL) whose bounds no estimate supported, or whose AUTO cap the data were too few to
+    locate, so that their answers are flagged.
     """
 
     bounds: Mapping[str, Bounds] = field(default_factory=dict)

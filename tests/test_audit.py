@@ -94,7 +94,7 @@ def planned(db: privsql.Session, sql: str, keys: dict | None = None) -> Plan:
     if query_plan.search is None:
         return query_plan
     summary = db._threshold_summary(query_plan)
-    return query_plan.with_caps(db._thresholds(query_plan, summary))
+    return query_plan.with_caps(db._thresholds(query_plan, summary)[0])
 
 
 def on_neighbours(con, query_plan: Plan, read: Callable) -> tuple[object, object]:
@@ -334,7 +334,7 @@ def test_rank_rule_threshold_search(cells, weaken):
 
     def sample(neighbour: bool, n: int) -> list[int]:
         summary = summaries[neighbour]
-        return [db._thresholds(query_plan, summary)["rank"] for _ in range(n)]
+        return [db._thresholds(query_plan, summary)[0]["rank"] for _ in range(n)]
 
     with noise(weaken):
         check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
@@ -435,7 +435,7 @@ def test_threshold_search_on_ordinary_data(visits, strategy):
 
     def sample(neighbour: bool, n: int) -> list[list[int]]:
         summary = summaries[neighbour]
-        return [list(db._thresholds(query_plan, summary).values()) for _ in range(n)]
+        return [list(db._thresholds(query_plan, summary)[0].values()) for _ in range(n)]
 
     check(audit(sample, query_plan.search.epsilon, samples=1_000, selection_samples=250), False)
 
@@ -585,7 +585,7 @@ def test_rank_rule_counts_cells(spread_cells, weaken):
     summaries = (before, after)
 
     def sample(neighbour: bool, n: int) -> list[int]:
-        return [db._thresholds(query_plan, summaries[neighbour])["rank"] for _ in range(n)]
+        return [db._thresholds(query_plan, summaries[neighbour])[0]["rank"] for _ in range(n)]
 
     with noise(weaken):
         check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)

@@ -20,6 +20,7 @@ import pytest
 import shapes
 
 import privsql
+import udfs
 from rewriter.plan import CANDIDATES
 
 UA = "FROM flights WHERE carrier = 'UA' PRIVACY_UNIT tailnum"
@@ -218,6 +219,53 @@ def test_default_count_at_small_epsilon_is_not_confidently_wrong(con):
     assert honest >= 90, honest
 
 
+def test_blind_cap_search_is_flagged_not_shown_as_precise(con):
+    """Fails on the former rule: MovieLens-like COUNT(*) under BOUND AUTO at ε = 0.1 chose
+    caps of 3–243 ratings per user (up to 97% of the rows cut) and 30–80% of its intervals
+    were neither right nor flagged (docs/utility.md §10.5). There the search's evidence
+    against its smallest candidate is below its prior's span (γ at its floor,
+    ``udfs.RankChoice.blind``): every cell is flagged, with that reason (or, where n̂'s
+    noise hides the blindness, by the bounding check), and a stored re-run keeps the flag.
+    nycflights13 at ε = 1 has ~30× that evidence: no run is flagged as blind (and the
+    bounding check flags none either)."""
+    db = privsql.connect(con, budget=1e12, seed=909, insecure=True, progress=False)
+    sql = "SELECT COUNT(*) AS n FROM {table} PRIVACY_UNIT {unit} EPSILON {eps!r}"
+    blind = 0
+    for i in range(12):
+        epsilon = 0.1 * (1 + i * 1e-10)
+        small = db.sql(sql.format(table="ratings", unit="user_id", eps=epsilon))
+        assert small.flags().to_pylist() == [{"n": True}], i
+        blind += "AUTO cap of n" in small.warning()
+        again = db.sql(sql.format(table="ratings", unit="user_id", eps=epsilon))
+        assert again.cached and again.flags().to_pylist() == [{"n": True}]
+        large = db.sql(sql.format(table="flights", unit="tailnum", eps=1.0 * (1 + i * 1e-10)))
+        assert large.flags().to_pylist() == [{"n": False}], i
+    db.close()
+    assert blind >= 9, blind  # n̂'s noise hides the blindness in ~6% of runs (see below)
+
+
+def test_rank_rule_is_blind_only_where_the_data_are_too_few() -> None:
+    """``blind`` follows the evidence ε_s·(n̂ − r)/2 against the smallest candidate, below
+    PRIOR_SPAN = 16 nats when n̂ < ~2 380 at ε_auto = 0.015 (ε = 0.1): 943 units are blind
+    unless n̂'s noise (scale 667 at ε_auto/10) adds 1 440 (chance 6%), 4 043 only if it
+    takes 1 660 away (4%); at ε_auto = 0.15 (ε = 1) 943 units never are (n̂ would need
+    to be below 250, 10 noise scales away)."""
+    rng = udfs.SeededRandom(12, insecure=True)
+
+    def blind(units: int, epsilon: float) -> float:
+        over = [max(0, units - 10 * c) for c in CANDIDATES]  # any shape: blind reads n̂ only
+        return np.mean(
+            [
+                udfs.rank_threshold(CANDIDATES, units, over, 13, epsilon, rng).blind
+                for _ in range(200)
+            ]
+        )
+
+    assert blind(943, 0.015) > 0.85
+    assert blind(943, 0.15) == 0.0
+    assert blind(4043, 0.015) < 0.15
+
+
 def test_bounds_no_estimate_supports_are_flagged_not_shown_as_precise() -> None:
     """At ε = 0.05 no bin of UA's 621 aircraft clears the bounds search's threshold: the
     fallback guesses, and every cell computed from it is flagged with the reason (it was
@@ -234,11 +282,11 @@ def test_bounds_no_estimate_supports_are_flagged_not_shown_as_precise() -> None:
         assert not small.cached
         flags = small.flags().to_pylist()[0]
         assert flags["a"] and flags["m"], seed
-        assert "could not be estimated" in small.warning() and "a, m" in small.warning()
+        assert "could not set the bounds" in small.warning() and "a, m" in small.warning()
         again = db.sql(f"{sql} EPSILON 0.05 {limit}")
         assert again.cached and again.flags().to_pylist()[0]["m"]
         large = db.sql(f"{sql} EPSILON 10 {limit}")
-        assert "could not be estimated" not in (large.warning() or "")
+        assert "could not set the bounds" not in (large.warning() or "")
         db.close()
 
 

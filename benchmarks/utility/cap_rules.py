@@ -1,0 +1,202 @@
+"""AUTO's row cap against the hindsight-best fixed cap by *expected* error, offline.
+
+``auto_defaults.py`` measures AUTO through privsql with 10 runs per cell, and its
+hindsight best is the minimum of noisy means, so its ratios move by ±30% between runs.
+This script removes both sources of noise for COUNT and SUM under one group: it calls
+privsql's own selection functions (``udfs.rank_threshold``, ``udfs.bulk_top``) on the
+exact summary their search statement computes (the units, and per candidate cap how many
+units have more rows), many times, and scores every chosen cap by its expected error
+E|b + Lap(λ)| = |b| + λ·e^(−|b|/λ): b the exact bias of weighting at that cap, λ the
+release's noise scale at the ε the release gets (0.95ε for a fixed cap, which pays only
+the bounding check; 0.8ε for AUTO, which also pays its search). No privsql query runs and
+nothing is spent.
+
+Variants of the rank rule, each a knob the rule's docstring argues for:
+
+* ``privsql``: the shipped rule (15% of ε, one grid step above the selection);
+* ``no step``: the same without the step up (``margin=0``);
+* ``share 20%``, ``25%``, ``35%``: the search gets more of ε (``rewriter.plan.AUTO_SHARE``),
+  the release less;
+* ``bulk bound``: 30% of the search's ε goes to ``udfs.bulk_top`` (the top of the units'
+  size histogram), which replaces the step up: the answer is the selection's step up, but
+  never above the bound nor below the selection.
+
+    python benchmarks/utility/cap_rules.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import _common as c
+import numpy as np
+import pandas as pd
+
+import udfs
+from rewriter.plan import CANDIDATES
+from udfs.threshold import bulk_top, rank_threshold
+
+sys.path.append(str(c.ROOT / "tests"))
+import shapes
+
+EPSILONS = (0.05, 0.1, 0.5, 1.0, 10.0)
+FIXED_SHARE = 0.95  # a fixed cap's release: all but the bounding check's 5%
+SEARCH_SHARE = 0.15  # rewriter.plan.AUTO_SHARE
+DATA = {
+    "flights": ("flights", "tailnum", "distance", 5000.0),
+    "movielens": ("ratings", "user_id", "rating", 5.0),
+}
+
+Rule = Callable[[int, list[int], float, float, udfs.SeededRandom], int]
+
+
+def unit_sizes(con) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+    """Per data shape: each unit's rows and sum of values, and the values' bound."""
+    out = {}
+    for name, (table, unit, value, bound) in DATA.items():
+        rows = con.sql(
+            f"SELECT count(*) AS n, sum({value}) AS s FROM {table} "
+            f"WHERE {unit} IS NOT NULL GROUP BY {unit}"
+        ).fetchnumpy()
+        out[name] = (rows["n"].astype(float), rows["s"].astype(float), bound)
+    return out
+
+
+def relative_bias(statistic: str, sizes: np.ndarray, sums: np.ndarray, cap: int) -> float:
+    """What weighting at ``cap`` leaves out of COUNT or SUM, relative to the truth."""
+    values = sizes if statistic == "COUNT" else sums
+    return float((values * np.maximum(0.0, 1 - cap / sizes)).sum() / values.sum())
+
+
+def expected_error(
+    statistic: str, sizes: np.ndarray, sums: np.ndarray, bound: float, cap: int, eps: float
+) -> float:
+    """E|released − truth| / truth for COUNT or SUM under weighting at ``cap``."""
+    truth = sizes.sum() if statistic == "COUNT" else sums.sum()
+    scale = cap * (1.0 if statistic == "COUNT" else bound) / eps / truth
+    return float(c.laplace_abs_error(relative_bias(statistic, sizes, sums, cap), scale))
+
+
+def shipped(margin: int = 1, share: float = SEARCH_SHARE) -> tuple[Rule, float]:
+    def rule(units, exceedances, rank, eps, rng) -> int:
+        choice = rank_threshold(CANDIDATES, units, exceedances, rank, share * eps, rng, 1, margin)
+        return choice.cap
+
+    return rule, share
+
+
+def bounded(bound_share: float = 0.3) -> tuple[Rule, float]:
+    def rule(units, exceedances, rank, eps, rng) -> int:
+        search = SEARCH_SHARE * eps
+        chosen = rank_threshold(
+            CANDIDATES, units, exceedances, rank, (1 - bound_share) * search, rng, 1, 0
+        ).cap
+        top = bulk_top(CANDIDATES, units, exceedances, bound_share * search, rng)
+        above = CANDIDATES[min(CANDIDATES.index(chosen) + 1, len(CANDIDATES) - 1)]
+        return above if top is None else min(above, max(chosen, top))
+
+    return rule, SEARCH_SHARE
+
+
+VARIANTS: dict[str, tuple[Rule, float]] = {
+    "privsql": shipped(),
+    "no step": shipped(margin=0),
+    "share 20%": shipped(share=0.2),
+    "share 25%": shipped(share=0.25),
+    "share 35%": shipped(share=0.35),
+    "bulk bound": bounded(),
+}
+
+
+def run(con, draws: int, epsilons, seed: int) -> pd.DataFrame:
+    rows = []
+    for name, data in unit_sizes(con).items():
+        sizes, sums, _ = data
+        exceedances = [int((sizes > cap).sum()) for cap in CANDIDATES]
+        median_cap = max(1, round(float(np.median(sizes))))
+        for eps in epsilons:
+            for label, (rule, share) in VARIANTS.items():
+                release = (FIXED_SHARE - share) * eps
+                rank = math.ceil(1 / release)
+                rng = udfs.SeededRandom(seed, insecure=True)
+                caps = [rule(len(sizes), exceedances, rank, eps, rng) for _ in range(draws)]
+                for statistic in ("COUNT", "SUM"):
+
+                    def error(cap: int, at: float, statistic=statistic, data=data) -> float:
+                        return expected_error(statistic, *data, cap, at)
+
+                    fixed = {cap: error(cap, FIXED_SHARE * eps) for cap in CANDIDATES}
+                    best = min(fixed, key=fixed.get)
+                    auto = float(np.mean([error(cap, release) for cap in caps]))
+                    rows.append(
+                        dict(
+                            data=name,
+                            statistic=statistic,
+                            epsilon=eps,
+                            rule=label,
+                            best_cap=best,
+                            median_cap_of_auto=float(np.median(caps)),
+                            auto_vs_best=auto / fixed[best],
+                            median_vs_best=error(median_cap, FIXED_SHARE * eps) / fixed[best],
+                            biased_1pct=float(
+                                np.mean(
+                                    [relative_bias(statistic, sizes, sums, k) > 0.01 for k in caps]
+                                )
+                            ),
+                        )
+                    )
+    return pd.DataFrame(rows)
+
+
+def plot(results: pd.DataFrame) -> None:
+    """AUTO/best per ε for each variant, one panel per data shape and statistic."""
+    plt = c.pyplot()
+    panels = results[["data", "statistic"]].drop_duplicates().itertuples(index=False)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6), sharey=True)
+    for ax, (data, statistic) in zip(axes, panels, strict=True):
+        cell = results[(results.data == data) & (results.statistic == statistic)]
+        for rule, part in cell.groupby("rule", sort=False):
+            ax.plot(part.epsilon, part.auto_vs_best, marker="o", ms=3, label=rule)
+        median = cell.drop_duplicates("epsilon")
+        ax.plot(median.epsilon, median.median_vs_best, "k:", label="median cap")
+        ax.axhline(2, color="k", lw=0.8, ls="--")
+        ax.set(xscale="log", yscale="log", title=f"{data} {statistic}", xlabel="ε")
+    axes[0].set_ylabel("expected error / best fixed cap's")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = c.figure("utility-cap-rules.png")
+    fig.savefig(path)
+    plt.close(fig)
+    print(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="40 draws per cell")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    c.header("AUTO's row cap vs the hindsight-best fixed cap, by expected error", args.quick)
+    start = time.perf_counter()
+    con = c.connection()
+    shapes.flights(con)
+    shapes.ratings(con)
+    results = run(con, 40 if args.quick else 200, EPSILONS, args.seed)
+    c.write_csv(results, "cap_rules.csv")
+    table = results.pivot_table(
+        index=["data", "statistic", "epsilon"], columns="rule", values="auto_vs_best"
+    ).reset_index()
+    print(c.markdown(table))
+    within = results.groupby("rule").auto_vs_best.agg(
+        within_2=lambda r: int((r <= 2).sum()), cells="size", worst="max"
+    )
+    print(c.markdown(within.reset_index()))
+    plot(results)
+    print(f"\n{time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
