@@ -19,11 +19,13 @@ the SQL and public data alone; above ``MAX_FAN_OUT`` it is refused.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from sqlglot import exp
 
 from rewriter.catalog import Catalog
 from rewriter.errors import UnsupportedQuery
+from rewriter.ir import public_ctes
 from rewriter.relations import Relations, items
 
 MAX_FAN_OUT = 4096
@@ -35,7 +37,8 @@ calendars still join."""
 
 def check_fan_out(select: exp.Select, relations: Relations, catalog: Catalog) -> None:
     """Refuse a query whose public joins can multiply one private row past ``MAX_FAN_OUT``."""
-    fan_out = _fan_out(select, relations, catalog)
+    counting = _Counting(relations, catalog, tuple(public_ctes(select, relations)))
+    fan_out = counting.fan_out(select)
     if fan_out > MAX_FAN_OUT:
         raise UnsupportedQuery(
             f"the public tables joined to private rows can repeat each one more than "
@@ -43,60 +46,56 @@ def check_fan_out(select: exp.Select, relations: Relations, catalog: Catalog) ->
         )
 
 
-def _fan_out(query: exp.Query, relations: Relations, catalog: Catalog) -> int:
-    """The most rows ``query`` makes of one private row (a union: its largest branch)."""
-    if isinstance(query, exp.SetOperation):
-        branches = (query.this, query.expression)
-        return max(_fan_out(branch, relations, catalog) for branch in branches)
-    if not isinstance(query, exp.Select):
-        return 1
-    product = 1
-    joins = {id(join.this): join for join in query.args.get("joins") or []}
-    for item in items(query):
-        if relations.is_private(item):
-            body = relations.body(item)
-            product *= 1 if body is None else _fan_out(body, relations, catalog)
-            continue
-        join = joins.get(id(item))
-        if join is not None and (join.kind or "").upper() in ("SEMI", "ANTI"):
-            continue
-        product *= max(1, _public_fan_out(item, query, join, relations, catalog))
-    return product
+@dataclass(frozen=True)
+class _Counting:
+    """Fan-outs counted on public data, with the query's public CTEs in scope."""
 
+    relations: Relations
+    catalog: Catalog
+    ctes: tuple[exp.CTE, ...]
 
-def _public_fan_out(
-    item: exp.Expr,
-    select: exp.Select,
-    join: exp.Join | None,
-    relations: Relations,
-    catalog: Catalog,
-) -> int:
-    """How many of a public item's rows one row of the others can match: the largest group
-    of its rows sharing the values of the columns it is equi-joined on, else all of them
-    (a table function's, counted only up to just past the limit)."""
-    label = item.alias_or_name
-    keys = sorted(
-        {column.name for column in _equated_columns(select, join, label)}, key=str.lower
-    )
-    rows = _as_query(item, relations)
-    if keys and not (isinstance(item, exp.Table) and isinstance(item.this, exp.Func)):
-        grouped = exp.select(exp.Count(this=exp.Star()).as_("n")).from_(rows.subquery("r"))
-        grouped = grouped.group_by(*(exp.column(k, table="r", quoted=True) for k in keys))
-        counted = exp.select(exp.func("coalesce", exp.Max(this=exp.column("n")), 0)).from_(
-            grouped.subquery("g")
+    def fan_out(self, query: exp.Query) -> int:
+        """The most rows ``query`` makes of one private row (a union: its largest branch)."""
+        if isinstance(query, exp.SetOperation):
+            return max(self.fan_out(query.this), self.fan_out(query.expression))
+        if not isinstance(query, exp.Select):
+            return 1
+        product = 1
+        joins = {id(join.this): join for join in query.args.get("joins") or []}
+        for item in items(query):
+            if self.relations.is_private(item):
+                body = self.relations.body(item)
+                product *= 1 if body is None else self.fan_out(body)
+                continue
+            join = joins.get(id(item))
+            if join is not None and (join.kind or "").upper() in ("SEMI", "ANTI"):
+                continue
+            product *= max(1, self._public(item, query, join))
+        return product
+
+    def _public(self, item: exp.Expr, select: exp.Select, join: exp.Join | None) -> int:
+        """How many of a public item's rows one row of the others can match: the largest
+        group of its rows sharing the values of the columns it is equi-joined on, else all
+        of them (a table function's, counted only up to just past the limit)."""
+        label = item.alias_or_name
+        keys = sorted(
+            {column.name for column in _equated_columns(select, join, label)}, key=str.lower
         )
-    else:  # counted no further than the limit: ``range(10 ** 12)`` is never enumerated
-        counted = exp.select(exp.Count(this=exp.Star())).from_(
-            rows.limit(MAX_FAN_OUT + 1).subquery("r")
-        )
-    return catalog.count_rows(counted)
-
-
-def _as_query(item: exp.Expr, relations: Relations) -> exp.Query:
-    """A public FROM item as a query over its rows, its columns under the names the
-    query gives them."""
-    body = relations.body(item)
-    return body.copy() if body is not None else exp.select("*").from_(item.copy())
+        body = self.relations.body(item)
+        rows = body.copy() if body is not None else exp.select("*").from_(item.copy())
+        if keys and not (isinstance(item, exp.Table) and isinstance(item.this, exp.Func)):
+            grouped = exp.select(exp.Count(this=exp.Star()).as_("n")).from_(rows.subquery("r"))
+            grouped = grouped.group_by(*(exp.column(k, table="r", quoted=True) for k in keys))
+            counted = exp.select(exp.func("coalesce", exp.Max(this=exp.column("n")), 0)).from_(
+                grouped.subquery("g")
+            )
+        else:  # counted no further than the limit: ``range(10 ** 12)`` is never enumerated
+            counted = exp.select(exp.Count(this=exp.Star())).from_(
+                rows.limit(MAX_FAN_OUT + 1).subquery("r")
+            )
+        if self.ctes:
+            counted.set("with_", exp.With(expressions=[cte.copy() for cte in self.ctes]))
+        return self.catalog.count_rows(counted)
 
 
 def _equated_columns(
