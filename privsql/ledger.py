@@ -130,8 +130,8 @@ class StoredAnswer:
 
 
 @dataclass(frozen=True)
-class _State:
-    """The budget row as stored: what its MAC covers, and the MAC."""
+class LedgerState:
+    """The budget row as stored: what its MAC covers, and the MAC (``Ledger.read``)."""
 
     total: float
     spent: float
@@ -160,7 +160,7 @@ _STATE_COLUMNS = (
     "declared",
     "mac",
 )
-"""The budget table's columns in ``_State``'s order (after ``id``)."""
+"""The budget table's columns in ``LedgerState``'s order (after ``id``)."""
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -440,10 +440,10 @@ class Ledger:
         entries: int,
         head: str,
         declared: str,
-    ) -> _State:
+    ) -> LedgerState:
         fields = (total, spent, delta, delta_total, delta_cap, secret, entries, head, declared)
         mac = self._mac("budget/2", *fields)
-        return _State(*fields, mac)
+        return LedgerState(*fields, mac)
 
     def _declared(self, sources: list[list]) -> str:
         return self._mac("sources", sources)
@@ -469,28 +469,28 @@ class Ledger:
         ).fetchall()
         return [list(row) for row in rows]
 
-    def _sources(self, state: _State) -> list[list]:
+    def _sources(self, state: LedgerState) -> list[list]:
         """The declarations, sorted by name, after checking them against ``state``."""
         sources = self._read_sources()
         if not hmac.compare_digest(self._declared(sources), state.declared):
             raise LedgerCorrupted("the declarations were changed outside privsql; refusing service")
         return sources
 
-    def _state(self) -> _State:
+    def _state(self) -> LedgerState:
         """The budget row, after checking its MAC."""
         rows = self._con.execute(
             f"SELECT id, {', '.join(_STATE_COLUMNS)} FROM {SCHEMA}.budget"
         ).fetchall()
         if len(rows) != 1 or rows[0][0] != 1:
             raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
-        state = _State(*rows[0][1:])
+        state = LedgerState(*rows[0][1:])
         if not hmac.compare_digest(self._sealed(*rows[0][1:-1]).mac, str(state.mac)):
             raise LedgerCorrupted(
                 "the ledger's budget was changed outside privsql; refusing service"
             )
         return state
 
-    def _check_tail(self, state: _State) -> None:
+    def _check_tail(self, state: LedgerState) -> None:
         """The history ends where ``state`` says (``_history`` checks every link)."""
         tail = self._con.execute(
             f"SELECT count(*), coalesce(max(seq), 0), coalesce(arg_max(mac, seq), '') "
@@ -562,6 +562,18 @@ class Ledger:
                 self._secret = self._state().secret
         return self._secret
 
+    def read(self) -> LedgerState:
+        """The budget row, checked together with the history's tail in one transaction.
+
+        A query reads it once, at its start, and uses it for its catalogue (the
+        declarations' MAC), for the budget check before its release and for the first
+        try of its charge, whose compare-and-set replaces exactly this row or starts
+        again from the row as then committed (``charge``)."""
+        with self._snapshot():
+            state = self._state()
+            self._check_tail(state)
+        return state
+
     @property
     def history(self) -> list[Charge]:
         """Every charge, oldest first, after checking the whole chain."""
@@ -594,21 +606,35 @@ class Ledger:
             return False
         return True
 
-    def check_affordable(self, epsilon: float, delta: float = 0.0) -> None:
+    def check_affordable(
+        self, epsilon: float, delta: float = 0.0, known: LedgerState | None = None
+    ) -> None:
         """Raise ``BudgetExceeded`` (saying whose budget) unless ε and δ both fit in what
-        remains of the database's and of the session's analyst's budget."""
+        remains of the database's and of the session's analyst's budget.
+
+        ``known`` (from ``read``) spares reading the budget row again; an analyst's row
+        is always read anew. ``charge`` checks again against the row it replaces."""
+        if known is not None and self._analyst is None:
+            self._affordable_for(known, epsilon, delta)
+            return
         with self._snapshot():
             state = self._state()
             self._check_tail(state)
             self._affordable_for(state, epsilon, delta)
 
     def _affordable_for(
-        self, state: _State, epsilon: float, delta: float
+        self, state: LedgerState, epsilon: float, delta: float
     ) -> tuple[Analyst, str, str] | None:
         """Refuse ε or δ that does not fit ``state`` or the analyst's budget; the analyst's
         row (budget, verifier, MAC) when the ledger charges an analyst."""
-        _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
-        _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
+        _refuse_unless_database_fits(state, epsilon, delta)
+        return self._analyst_affordable(state, epsilon, delta)
+
+    def _analyst_affordable(
+        self, state: LedgerState, epsilon: float, delta: float
+    ) -> tuple[Analyst, str, str] | None:
+        """Refuse ε or δ that does not fit the analyst's budget; the analyst's row
+        (budget, verifier, MAC), or None when the ledger charges no analyst."""
         if self._analyst is None:
             return None
         found = self._analyst_row(self._analyst, state)
@@ -620,15 +646,28 @@ class Ledger:
         return found
 
     def charge(
-        self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
+        self,
+        label: str,
+        epsilon: float,
+        delta: float,
+        answer: StoredAnswer | None = None,
+        known: LedgerState | None = None,
     ) -> None:
         """Spend ε and δ for one answer, durably, or raise ``BudgetExceeded`` (either would
         pass its total) or ``InvalidOption`` (δ above the per-query cap).
 
         The answer, if given, is stored in the same transaction as the charge. A
         write-write conflict with another session is retried for up to BUSY_TIMEOUT.
+        ``known`` (from ``read``) is the budget row the first try expects to replace; a
+        retry reads the row anew.
         """
-        self._write(lambda: self._charge_once(label, epsilon, delta, answer))
+        expected = [known]
+
+        def once() -> None:
+            state, expected[0] = expected[0], None
+            self._charge_once(label, epsilon, delta, answer, state)
+
+        self._write(once)
 
     def _write(self, change: Callable[[], None]) -> None:
         """Run ``change`` in one transaction, retrying write-write conflicts with other
@@ -648,18 +687,29 @@ class Ledger:
             pause = min(pause * 2, 0.05)
 
     def _charge_once(
-        self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None
+        self,
+        label: str,
+        epsilon: float,
+        delta: float,
+        answer: StoredAnswer | None,
+        known: LedgerState | None,
     ) -> None:
-        state = self._state()
-        self._check_tail(state)
+        """One try of ``charge`` in the caller's transaction. Without ``known`` it reads and
+        checks the budget row and the history's tail first. With it, the checks on the
+        row are made on ``known`` (whose MAC ``read`` checked), and those reading other
+        rows (the history's tail, the analyst's row) right after the compare-and-set has
+        shown that ``known`` is the row this transaction sees: checked against a row
+        another session has since replaced, they would report a corruption."""
+        state = known
+        if state is None:
+            state = self._state()
+            self._check_tail(state)
         if delta > state.delta_cap:
             raise InvalidOption(
                 f"δ = {delta:g} is above this database's per-query cap of δ = "
                 f"{state.delta_cap:g}; nothing was charged"
             )
-        mine = self._affordable_for(state, epsilon, delta)
-        if mine is not None:
-            self._spend_analyst(mine, epsilon, delta)
+        _refuse_unless_database_fits(state, epsilon, delta)
         spent = state.spent + epsilon
         seq = state.entries + 1
         at = datetime.now(UTC).replace(tzinfo=None)
@@ -676,6 +726,11 @@ class Ledger:
             state.declared,
         )
         self._compare_and_set(state, new)
+        if known is not None:
+            self._check_tail(state)
+        mine = self._analyst_affordable(state, epsilon, delta)
+        if mine is not None:
+            self._spend_analyst(mine, epsilon, delta)
         self._execute(
             f"INSERT INTO {SCHEMA}.history (seq, charged_at, query, epsilon, delta, mac, "
             "analyst) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -714,7 +769,7 @@ class Ledger:
         if not updated:
             raise duckdb.TransactionException("the analyst's row changed meanwhile")
 
-    def _compare_and_set(self, old: _State, new: _State) -> None:
+    def _compare_and_set(self, old: LedgerState, new: LedgerState) -> None:
         """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
         updated = self._execute(
             f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, "
@@ -841,7 +896,7 @@ class Ledger:
             f"SELECT count(*) FROM {SCHEMA}.history WHERE analyst = ?", [name]
         ).fetchall()[0][0]
 
-    def _analyst_row(self, name: str, state: _State) -> tuple[Analyst, str, str] | None:
+    def _analyst_row(self, name: str, state: LedgerState) -> tuple[Analyst, str, str] | None:
         """Analyst ``name``'s budget, verifier and MAC, after checking the MAC and that the
         row counts every history entry of the analyst (an older copy put back would not);
         None if there is no such analyst."""
@@ -1036,6 +1091,13 @@ def _refuse_unless_fits(symbol: str, cost: float, spent: float, total: float, wh
             f"{symbol} = {max(0.0, total - spent):g} of {whose}{total:g} remains; "
             "nothing was charged"
         )
+
+
+def _refuse_unless_database_fits(state: LedgerState, epsilon: float, delta: float) -> None:
+    """Raise ``BudgetExceeded`` unless ε and δ both fit in what remains of the database's
+    budget as ``state`` has it."""
+    _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
+    _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
 
 
 def _fits(spent: float, cost: float, total: float) -> bool:
