@@ -92,6 +92,8 @@ def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
     """The outputs computed from an aggregate whose bounds BOUND AUTO had to guess (no
     estimate cleared its threshold at this ε): their values may be clamped far from where
     they lie, whatever their intervals say."""
+    if not guessed:
+        return frozenset()
     return frozenset(
         output_name(item)
         for item in plan.analysis.select.expressions

@@ -73,6 +73,7 @@ class CatalogCache:
         self._catalog = self._template
         self._table_columns: dict[str, list[str]] = {}
         self._table_types: dict[str, list[str]] = {}
+        self._names_table: dict[str, bool] = {}
 
     def current(self, declared: str | None = None) -> Catalog:
         """The catalogue as it is now: declarations, tables and views, forbidden files.
@@ -102,6 +103,7 @@ class CatalogCache:
         database = self._template.database
         self._table_columns = {}
         self._table_types = {}
+        self._names_table = {}
         self._catalog = replace(
             self._template,
             protected={n: p for n, (p, _) in declared.items() if p is not None},
@@ -112,7 +114,7 @@ class CatalogCache:
 
     def _columns(self, source: str, file_columns: Callable[[str], list[str]]) -> list[str]:
         """A table's columns from the cache; a file reader's read anew for each query."""
-        if not (PLAIN_NAME.fullmatch(source) and self._is_table(source)):
+        if not self._is_table(source):
             return file_columns(source)
         if source not in self._table_columns:
             self._table_columns[source] = self._engine.columns(source)
@@ -121,15 +123,20 @@ class CatalogCache:
     def _types(self, statement: str) -> list[str]:
         """The column types of a statement; those of a whole table from the cache."""
         source = statement.removeprefix(WHOLE_TABLE)
-        if source == statement or not (PLAIN_NAME.fullmatch(source) and self._is_table(source)):
+        if source == statement or not self._is_table(source):
             return self._engine.types(statement)
         if source not in self._table_types:
             self._table_types[source] = self._engine.types(statement)
         return self._table_types[source]
 
     def _is_table(self, source: str) -> bool:
-        tables = self._catalog.tables or frozenset()
-        return identity(exp.to_table(source, dialect="duckdb"), self._template.database) in tables
+        """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""
+        if source not in self._names_table:
+            tables = self._catalog.tables or frozenset()
+            self._names_table[source] = bool(PLAIN_NAME.fullmatch(source)) and (
+                identity(exp.to_table(source, dialect="duckdb"), self._template.database) in tables
+            )
+        return self._names_table[source]
 
     def _files(self, name: str) -> frozenset[str]:
         """The files a file identity names (``file_identity`` each), its globs expanded by
