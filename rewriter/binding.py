@@ -26,6 +26,7 @@ import hashlib
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -258,16 +259,26 @@ class _StandIns:
 
 class _Scratch:
     """The scratch database, its stand-ins kept between checks, and the watchdog that
-    interrupts a run past ``TIME_LIMIT``. One check at a time (``lock``)."""
+    interrupts a run past ``TIME_LIMIT``. One check at a time (``lock``).
+
+    It also remembers the runs that passed: a run's outcome is a function of its
+    statement and its stand-ins' schemas alone (no data is there), and the statement
+    names each kept stand-in by a digest of its schema, so a query asked again (with
+    another ε, say) passes without running again. Failures are not remembered."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._kept: set[str] = set()
         self._deadline = _Deadline()
+        self._passed: OrderedDict[tuple[str, tuple[str, ...]], None] = OrderedDict()
 
     def run(self, statement: str, rows: list[str], kept: dict[str, str]) -> duckdb.Error | None:
+        run = (statement, tuple(rows))
         with self.lock:
+            if run in self._passed:
+                self._passed.move_to_end(run)
+                return None
             scratch = self._connected(kept)
             if scratch is None:
                 return None
@@ -285,6 +296,9 @@ class _Scratch:
                     return None
                 except duckdb.Error as error:
                     return error
+                self._passed[run] = None
+                if len(self._passed) > MAX_PASSED:
+                    self._passed.popitem(last=False)
                 return None
             finally:
                 try:
@@ -359,6 +373,8 @@ class _Deadline:
 
 MAX_KEPT = 256
 """Stand-ins the scratch keeps; past it the scratch starts again empty."""
+MAX_PASSED = 1024
+"""Runs that passed the scratch remembers, the least recently asked forgotten first."""
 _scratch = _Scratch()
 
 
