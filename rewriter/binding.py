@@ -241,7 +241,7 @@ def _stand_ins(query: exp.Query, catalog: Catalog) -> _StandIns | None:
                 alias=exp.TableAlias(this=exp.to_identifier(alias)),
             )
         )
-    return _StandIns(query.sql(dialect="duckdb"), kept, rows)
+    return _StandIns(query.sql(dialect="duckdb", copy=False), kept, rows)  # query is a copy
 
 
 @dataclass(frozen=True)
