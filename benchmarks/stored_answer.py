@@ -9,6 +9,7 @@ that returns the stored answer, best of three, as one ratio measured in one run.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ def main() -> None:
         start = time.perf_counter()
         assert db.sql(query).epsilon == 0
         rerun.append(time.perf_counter() - start)
+    print(f"privsql {privsql.__file__}; load average {os.getloadavg()[0]:.2f}")
     print(
         f"N = {rows:,}: first run {min(first):.3f} s, stored-answer re-run {min(rerun):.3f} s, "
         f"ratio {min(rerun) / min(first):.3f} (target ≤ 0.25)"
