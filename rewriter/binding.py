@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import os
 import re
 import threading
 import time
@@ -327,9 +328,15 @@ class _Scratch:
 class _Deadline:
     """One watchdog thread for every scratch run: ``limit`` interrupts the connection if
     the run inside it lasts past ``seconds`` (a thread started per run costs more than a
-    check of a small query)."""
+    check of a small query). A forked child starts its own thread when it first needs one.
+    """
 
     def __init__(self) -> None:
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+        atexit.register(self._stop)  # a thread left running keeps modules alive
+
+    def _forget(self) -> None:
         self._changed = threading.Condition()
         self._armed: tuple[float, duckdb.DuckDBPyConnection] | None = None
         self._thread: threading.Thread | None = None
@@ -343,7 +350,6 @@ class _Deadline:
                     target=self._watch, name="privsql-scratch-deadline", daemon=True
                 )
                 self._thread.start()
-                atexit.register(self._stop)  # a thread left running keeps modules alive
             self._armed = (time.monotonic() + seconds, connection)
             self._changed.notify()
         try:
@@ -356,8 +362,8 @@ class _Deadline:
         with self._changed:
             self._stopping = True
             self._changed.notify()
-        assert self._thread is not None
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def _watch(self) -> None:
         with self._changed:
