@@ -33,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     rows = parser.parse_args().rows
+    print(f"privsql {privsql.__file__}; load average {os.getloadavg()[0]:.2f} at start")
     con = duckdb.connect()
     make_table(con, rows)
     db = privsql.connect(con, budget=1e6)
@@ -45,7 +46,6 @@ def main() -> None:
         start = time.perf_counter()
         assert db.sql(query).epsilon == 0
         rerun.append(time.perf_counter() - start)
-    print(f"privsql {privsql.__file__}; load average {os.getloadavg()[0]:.2f}")
     print(
         f"N = {rows:,}: first run {min(first):.3f} s, stored-answer re-run {min(rerun):.3f} s, "
         f"ratio {min(rerun) / min(first):.3f} (target ≤ 0.25)"
