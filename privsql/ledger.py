@@ -761,22 +761,22 @@ class Ledger:
         mac = self._analyst_mac(
             name, verifier, budget.total, spent, budget.delta_total, delta_spent, entries
         )
-        updated = self._execute(
+        updated = self._execute(  # the count of rows changed
             f"UPDATE {SCHEMA}.analysts SET spent = ?, delta_spent = ?, entries = ?, mac = ? "
-            "WHERE name = ? AND mac = ? RETURNING name",
+            "WHERE name = ? AND mac = ?",
             [spent, delta_spent, entries, mac, name, old_mac],
         ).fetchall()
-        if not updated:
+        if updated != [(1,)]:
             raise duckdb.TransactionException("the analyst's row changed meanwhile")
 
     def _compare_and_set(self, old: LedgerState, new: LedgerState) -> None:
         """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
-        updated = self._execute(
+        updated = self._execute(  # DuckDB answers an UPDATE with the count of rows changed
             f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, "
-            "declared = ?, mac = ? WHERE id = 1 AND mac = ? RETURNING id",
+            "declared = ?, mac = ? WHERE id = 1 AND mac = ?",
             [new.spent, new.delta, new.entries, new.head, new.declared, new.mac, old.mac],
         ).fetchall()
-        if not updated:
+        if updated != [(1,)]:
             raise duckdb.TransactionException("the budget row changed meanwhile")
 
     def _execute(self, statement: str, parameters: list | None = None) -> duckdb.DuckDBPyConnection:
