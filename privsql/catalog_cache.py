@@ -3,11 +3,12 @@
 Building a catalogue per query — the owner's declarations from the ledger, every table and
 view from the engine, each source's columns — costs more than answering a query on a small
 table. What does not change between two queries is kept: the declarations while the
-ledger's declarations MAC (``Ledger.declared``) is the same, the tables, views and table
-columns and column types while the engine lists the same catalogue (``Engine.tables``
-returns the very same list while nothing changed; its listing includes each table's
-definition, so a renamed, added or retyped column is a change). A query never sees a
-stale identity: both versions are read for every query, before anything cached is used.
+ledger's declarations MAC (in the budget row: ``Ledger.read``) is the same, the tables,
+views and table columns and column types while the engine lists the same catalogue
+(``Engine.tables`` returns the very same list while nothing changed; its listing includes
+each table's definition, so a renamed, added or retyped column is a change). A query
+never sees a stale identity: both versions are read for every query, before anything
+cached is used.
 
 What depends on files rather than on the catalogue is never kept from one query to the
 next: the columns of a file reader, the files a glob names, the identity (device and inode)
