@@ -661,13 +661,8 @@ class Ledger:
         ``known`` (from ``read``) is the budget row the first try expects to replace; a
         retry reads the row anew.
         """
-        expected = [known]
-
-        def once() -> None:
-            state, expected[0] = expected[0], None
-            self._charge_once(label, epsilon, delta, answer, state)
-
-        self._write(once)
+        first = iter([known])  # the first try only
+        self._write(lambda: self._charge_once(label, epsilon, delta, answer, next(first, None)))
 
     def _write(self, change: Callable[[], None]) -> None:
         """Run ``change`` in one transaction, retrying write-write conflicts with other
