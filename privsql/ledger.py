@@ -161,6 +161,9 @@ _STATE_COLUMNS = (
     "mac",
 )
 """The budget table's columns in ``LedgerState``'s order (after ``id``)."""
+_TAIL_COLUMNS = ("count(*)", "coalesce(max(seq), 0)", "coalesce(arg_max(mac, seq), '')")
+_TAIL = f"SELECT {', '.join(_TAIL_COLUMNS)} FROM {SCHEMA}.history"
+"""The history's length, last sequence number and last MAC (``_refuse_unless_tail``)."""
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -481,6 +484,10 @@ class Ledger:
         rows = self._con.execute(
             f"SELECT id, {', '.join(_STATE_COLUMNS)} FROM {SCHEMA}.budget"
         ).fetchall()
+        return self._checked(rows)
+
+    def _checked(self, rows: list[tuple]) -> LedgerState:
+        """The budget row from the rows of its table (id first), after checking its MAC."""
         if len(rows) != 1 or rows[0][0] != 1:
             raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
         state = LedgerState(*rows[0][1:])
@@ -492,12 +499,7 @@ class Ledger:
 
     def _check_tail(self, state: LedgerState) -> None:
         """The history ends where ``state`` says (``_history`` checks every link)."""
-        tail = self._con.execute(
-            f"SELECT count(*), coalesce(max(seq), 0), coalesce(arg_max(mac, seq), '') "
-            f"FROM {SCHEMA}.history"
-        ).fetchall()[0]
-        if tail != (state.entries, state.entries, state.head):
-            raise LedgerCorrupted("the ledger's history was changed outside privsql")
+        _refuse_unless_tail(state, self._con.execute(_TAIL).fetchall()[0])
 
     def _history(self) -> list[Charge]:
         rows = self._con.execute(
@@ -568,10 +570,15 @@ class Ledger:
         A query reads it once, at its start, and uses it for its catalogue (the
         declarations' MAC), for the budget check before its release and for the first
         try of its charge, whose compare-and-set replaces exactly this row or starts
-        again from the row as then committed (``charge``)."""
-        with self._snapshot():
-            state = self._state()
-            self._check_tail(state)
+        again from the row as then committed (``charge``). One statement reads both: it
+        sees one committed state, and costs less than a transaction of two."""
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT id, {', '.join(_STATE_COLUMNS)}, tail.* "
+                f"FROM {SCHEMA}.budget, ({_TAIL}) AS tail"
+            ).fetchall()
+        state = self._checked([row[: -len(_TAIL_COLUMNS)] for row in rows])
+        _refuse_unless_tail(state, rows[0][-len(_TAIL_COLUMNS) :])
         return state
 
     @property
@@ -1086,6 +1093,13 @@ def _refuse_unless_fits(symbol: str, cost: float, spent: float, total: float, wh
             f"{symbol} = {max(0.0, total - spent):g} of {whose}{total:g} remains; "
             "nothing was charged"
         )
+
+
+def _refuse_unless_tail(state: LedgerState, tail: tuple) -> None:
+    """Raise ``LedgerCorrupted`` unless the history ends where ``state`` says: ``tail`` is
+    what ``_TAIL`` reads (``Ledger._history`` checks every link)."""
+    if tuple(tail) != (state.entries, state.entries, state.head):
+        raise LedgerCorrupted("the ledger's history was changed outside privsql")
 
 
 def _refuse_unless_database_fits(state: LedgerState, epsilon: float, delta: float) -> None:
