@@ -9,6 +9,7 @@ that returns the stored answer, best of three, as one ratio measured in one run.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     rows = parser.parse_args().rows
+    print(f"privsql {privsql.__file__}; load average {os.getloadavg()[0]:.2f} at start")
     con = duckdb.connect()
     make_table(con, rows)
     db = privsql.connect(con, budget=1e6)

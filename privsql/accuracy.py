@@ -93,6 +93,8 @@ def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
     estimate cleared its threshold at this ε), or whose AUTO cap's search was blind
     (``udfs.RankChoice``): their values may be clamped or cut far from where they lie,
     whatever their intervals say."""
+    if not guessed:
+        return frozenset()
     return frozenset(
         output_name(item)
         for item in plan.analysis.select.expressions

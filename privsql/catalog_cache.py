@@ -3,11 +3,12 @@
 Building a catalogue per query — the owner's declarations from the ledger, every table and
 view from the engine, each source's columns — costs more than answering a query on a small
 table. What does not change between two queries is kept: the declarations while the
-ledger's declarations MAC (``Ledger.declared``) is the same, the tables, views and table
-columns while the engine lists the same catalogue (``Engine.tables`` returns the very same
-list while nothing changed; its listing includes each table's definition, so a renamed or
-added column is a change). A query never sees a stale identity: both versions are read for
-every query, before anything cached is used.
+ledger's declarations MAC (in the budget row: ``Ledger.read``) is the same, the tables,
+views and table columns and column types while the engine lists the same catalogue
+(``Engine.tables`` returns the very same list while nothing changed; its listing includes
+each table's definition, so a renamed, added or retyped column is a change). A query
+never sees a stale identity: both versions are read for every query, before anything
+cached is used.
 
 What depends on files rather than on the catalogue is never kept from one query to the
 next: the columns of a file reader, the files a glob names, the identity (device and inode)
@@ -32,6 +33,8 @@ from rewriter.errors import InvalidOption
 
 PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
 """A table or view named by (at most three) identifiers: its columns are the catalogue's."""
+WHOLE_TABLE = "SELECT * FROM "
+"""How the type check asks for a source's column types (``rewriter.binding``)."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,16 @@ class CatalogCache:
         self._version: _Version | None = None
         self._catalog = self._template
         self._table_columns: dict[str, list[str]] = {}
+        self._table_types: dict[str, list[str]] = {}
+        self._names_table: dict[str, bool] = {}
 
-    def current(self) -> Catalog:
-        """The catalogue as it is now: declarations, tables and views, forbidden files."""
-        declared = self._ledger.declared  # read before the declarations it versions
+    def current(self, declared: str | None = None) -> Catalog:
+        """The catalogue as it is now: declarations, tables and views, forbidden files.
+
+        ``declared`` is the declarations' MAC as the caller has just read it from the
+        ledger (``Ledger.read``), else it is read here."""
+        if declared is None:
+            declared = self._ledger.declared  # read before the declarations it versions
         listing = self._engine.tables()
         version = _Version(declared, listing)
         if self._version is None or not (
@@ -86,6 +95,7 @@ class CatalogCache:
         return replace(
             self._catalog,
             columns=lambda source: self._columns(source, file_columns),
+            types=self._types,
             files=lru_cache(maxsize=None)(self._files),
             forbidden=frozenset(file_identity(p) for p in self._unreadable),
         )
@@ -94,6 +104,8 @@ class CatalogCache:
         declared = self._ledger.declarations()
         database = self._template.database
         self._table_columns = {}
+        self._table_types = {}
+        self._names_table = {}
         self._catalog = replace(
             self._template,
             protected={n: p for n, (p, _) in declared.items() if p is not None},
@@ -104,15 +116,29 @@ class CatalogCache:
 
     def _columns(self, source: str, file_columns: Callable[[str], list[str]]) -> list[str]:
         """A table's columns from the cache; a file reader's read anew for each query."""
-        if not (PLAIN_NAME.fullmatch(source) and self._is_table(source)):
+        if not self._is_table(source):
             return file_columns(source)
         if source not in self._table_columns:
             self._table_columns[source] = self._engine.columns(source)
         return self._table_columns[source]
 
+    def _types(self, statement: str) -> list[str]:
+        """The column types of a statement; those of a whole table from the cache."""
+        source = statement.removeprefix(WHOLE_TABLE)
+        if source == statement or not self._is_table(source):
+            return self._engine.types(statement)
+        if source not in self._table_types:
+            self._table_types[source] = self._engine.types(statement)
+        return self._table_types[source]
+
     def _is_table(self, source: str) -> bool:
-        tables = self._catalog.tables or frozenset()
-        return identity(exp.to_table(source, dialect="duckdb"), self._template.database) in tables
+        """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""
+        if source not in self._names_table:
+            tables = self._catalog.tables or frozenset()
+            self._names_table[source] = bool(PLAIN_NAME.fullmatch(source)) and (
+                identity(exp.to_table(source, dialect="duckdb"), self._template.database) in tables
+            )
+        return self._names_table[source]
 
     def _files(self, name: str) -> frozenset[str]:
         """The files a file identity names (``file_identity`` each), its globs expanded by

@@ -148,6 +148,14 @@ def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
     return {SECRET: secret} if f"${SECRET}" in statement else None
 
 
+LISTING = (
+    "SELECT database_name, schema_name, table_name, sql, NULL::BIGINT, NULL FROM duckdb_tables() "
+    "UNION ALL SELECT database_name, schema_name, view_name, NULL, view_oid, {definition} "
+    "FROM duckdb_views() WHERE NOT internal"
+)
+"""Every table with its definition and every view with its oid (and ``{definition}``)."""
+
+
 class DuckDBEngine:
     """The data is in the session's DuckDB database; everything runs there."""
 
@@ -166,20 +174,24 @@ class DuckDBEngine:
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         # A table's definition lists its columns and their types: a renamed, added or
         # retyped column changes the listing, and so does any table or view made or dropped.
-        rows = self._con.execute(
-            "SELECT database_name, schema_name, table_name, sql, false FROM duckdb_tables() "
-            "UNION ALL SELECT database_name, schema_name, view_name, sql, true "
-            "FROM duckdb_views() WHERE NOT internal"
-        ).fetchall()
-        if rows == self._listing[0]:
+        # A view is listed by its catalogue oid, not its definition (writing out the SQL of
+        # DuckDB's many internal views costs more than a small query): a view replaced
+        # gets a new oid, a view renamed or moved a new name, and oids are never reused
+        # within the process (an attached database gets new ones each time).
+        listing = self._con.execute(LISTING.format(definition="NULL")).fetchall()
+        listed = [row[:5] for row in listing]
+        if listed == self._listing[0]:
             return self._listing[1]
+        # The definitions and the listing they go with come from one statement: a view
+        # replaced in between is a change the next query's listing sees.
+        rows = self._con.execute(LISTING.format(definition="sql")).fetchall()
         found = []
-        for database, schema, name, sql, view in rows:
-            definition = sql if view else None
+        for database, schema, name, _, oid, sql in rows:
+            definition = sql if oid is not None else None
             found.append((exp.table_(name, db=schema, catalog=database), definition))
             if database == "temp":  # a temporary table is named without its catalogue
                 found.append((exp.table_(name), definition))
-        self._listing = (rows, found)
+        self._listing = ([row[:5] for row in rows], found)
         return found
 
     def types(self, statement: str) -> list[str]:

@@ -130,8 +130,8 @@ class StoredAnswer:
 
 
 @dataclass(frozen=True)
-class _State:
-    """The budget row as stored: what its MAC covers, and the MAC."""
+class LedgerState:
+    """The budget row as stored: what its MAC covers, and the MAC (``Ledger.read``)."""
 
     total: float
     spent: float
@@ -160,7 +160,10 @@ _STATE_COLUMNS = (
     "declared",
     "mac",
 )
-"""The budget table's columns in ``_State``'s order (after ``id``)."""
+"""The budget table's columns in ``LedgerState``'s order (after ``id``)."""
+_TAIL_COLUMNS = ("count(*)", "coalesce(max(seq), 0)", "coalesce(arg_max(mac, seq), '')")
+_TAIL = f"SELECT {', '.join(_TAIL_COLUMNS)} FROM {SCHEMA}.history"
+"""The history's length, last sequence number and last MAC (``_refuse_unless_tail``)."""
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -440,10 +443,10 @@ class Ledger:
         entries: int,
         head: str,
         declared: str,
-    ) -> _State:
+    ) -> LedgerState:
         fields = (total, spent, delta, delta_total, delta_cap, secret, entries, head, declared)
         mac = self._mac("budget/2", *fields)
-        return _State(*fields, mac)
+        return LedgerState(*fields, mac)
 
     def _declared(self, sources: list[list]) -> str:
         return self._mac("sources", sources)
@@ -469,35 +472,34 @@ class Ledger:
         ).fetchall()
         return [list(row) for row in rows]
 
-    def _sources(self, state: _State) -> list[list]:
+    def _sources(self, state: LedgerState) -> list[list]:
         """The declarations, sorted by name, after checking them against ``state``."""
         sources = self._read_sources()
         if not hmac.compare_digest(self._declared(sources), state.declared):
             raise LedgerCorrupted("the declarations were changed outside privsql; refusing service")
         return sources
 
-    def _state(self) -> _State:
+    def _state(self) -> LedgerState:
         """The budget row, after checking its MAC."""
         rows = self._con.execute(
             f"SELECT id, {', '.join(_STATE_COLUMNS)} FROM {SCHEMA}.budget"
         ).fetchall()
+        return self._checked(rows)
+
+    def _checked(self, rows: list[tuple]) -> LedgerState:
+        """The budget row from the rows of its table (id first), after checking its MAC."""
         if len(rows) != 1 or rows[0][0] != 1:
             raise LedgerCorrupted("the ledger's budget row is missing or duplicated")
-        state = _State(*rows[0][1:])
+        state = LedgerState(*rows[0][1:])
         if not hmac.compare_digest(self._sealed(*rows[0][1:-1]).mac, str(state.mac)):
             raise LedgerCorrupted(
                 "the ledger's budget was changed outside privsql; refusing service"
             )
         return state
 
-    def _check_tail(self, state: _State) -> None:
+    def _check_tail(self, state: LedgerState) -> None:
         """The history ends where ``state`` says (``_history`` checks every link)."""
-        tail = self._con.execute(
-            f"SELECT count(*), coalesce(max(seq), 0), coalesce(arg_max(mac, seq), '') "
-            f"FROM {SCHEMA}.history"
-        ).fetchall()[0]
-        if tail != (state.entries, state.entries, state.head):
-            raise LedgerCorrupted("the ledger's history was changed outside privsql")
+        _refuse_unless_tail(state, self._con.execute(_TAIL).fetchall()[0])
 
     def _history(self) -> list[Charge]:
         rows = self._con.execute(
@@ -562,6 +564,23 @@ class Ledger:
                 self._secret = self._state().secret
         return self._secret
 
+    def read(self) -> LedgerState:
+        """The budget row, checked together with the history's tail in one transaction.
+
+        A query reads it once, at its start, and uses it for its catalogue (the
+        declarations' MAC), for the budget check before its release and for the first
+        try of its charge, whose compare-and-set replaces exactly this row or starts
+        again from the row as then committed (``charge``). One statement reads both: it
+        sees one committed state, and costs less than a transaction of two."""
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT id, {', '.join(_STATE_COLUMNS)}, tail.* "
+                f"FROM {SCHEMA}.budget, ({_TAIL}) AS tail"
+            ).fetchall()
+        state = self._checked([row[: -len(_TAIL_COLUMNS)] for row in rows])
+        _refuse_unless_tail(state, rows[0][-len(_TAIL_COLUMNS) :])
+        return state
+
     @property
     def history(self) -> list[Charge]:
         """Every charge, oldest first, after checking the whole chain."""
@@ -594,21 +613,35 @@ class Ledger:
             return False
         return True
 
-    def check_affordable(self, epsilon: float, delta: float = 0.0) -> None:
+    def check_affordable(
+        self, epsilon: float, delta: float = 0.0, known: LedgerState | None = None
+    ) -> None:
         """Raise ``BudgetExceeded`` (saying whose budget) unless ε and δ both fit in what
-        remains of the database's and of the session's analyst's budget."""
+        remains of the database's and of the session's analyst's budget.
+
+        ``known`` (from ``read``) spares reading the budget row again; an analyst's row
+        is always read anew. ``charge`` checks again against the row it replaces."""
+        if known is not None and self._analyst is None:
+            self._affordable_for(known, epsilon, delta)
+            return
         with self._snapshot():
             state = self._state()
             self._check_tail(state)
             self._affordable_for(state, epsilon, delta)
 
     def _affordable_for(
-        self, state: _State, epsilon: float, delta: float
+        self, state: LedgerState, epsilon: float, delta: float
     ) -> tuple[Analyst, str, str] | None:
         """Refuse ε or δ that does not fit ``state`` or the analyst's budget; the analyst's
         row (budget, verifier, MAC) when the ledger charges an analyst."""
-        _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
-        _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
+        _refuse_unless_database_fits(state, epsilon, delta)
+        return self._analyst_affordable(state, epsilon, delta)
+
+    def _analyst_affordable(
+        self, state: LedgerState, epsilon: float, delta: float
+    ) -> tuple[Analyst, str, str] | None:
+        """Refuse ε or δ that does not fit the analyst's budget; the analyst's row
+        (budget, verifier, MAC), or None when the ledger charges no analyst."""
         if self._analyst is None:
             return None
         found = self._analyst_row(self._analyst, state)
@@ -620,15 +653,23 @@ class Ledger:
         return found
 
     def charge(
-        self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None = None
+        self,
+        label: str,
+        epsilon: float,
+        delta: float,
+        answer: StoredAnswer | None = None,
+        known: LedgerState | None = None,
     ) -> None:
         """Spend ε and δ for one answer, durably, or raise ``BudgetExceeded`` (either would
         pass its total) or ``InvalidOption`` (δ above the per-query cap).
 
         The answer, if given, is stored in the same transaction as the charge. A
         write-write conflict with another session is retried for up to BUSY_TIMEOUT.
+        ``known`` (from ``read``) is the budget row the first try expects to replace; a
+        retry reads the row anew.
         """
-        self._write(lambda: self._charge_once(label, epsilon, delta, answer))
+        first = iter([known])  # the first try only
+        self._write(lambda: self._charge_once(label, epsilon, delta, answer, next(first, None)))
 
     def _write(self, change: Callable[[], None]) -> None:
         """Run ``change`` in one transaction, retrying write-write conflicts with other
@@ -648,18 +689,29 @@ class Ledger:
             pause = min(pause * 2, 0.05)
 
     def _charge_once(
-        self, label: str, epsilon: float, delta: float, answer: StoredAnswer | None
+        self,
+        label: str,
+        epsilon: float,
+        delta: float,
+        answer: StoredAnswer | None,
+        known: LedgerState | None,
     ) -> None:
-        state = self._state()
-        self._check_tail(state)
+        """One try of ``charge`` in the caller's transaction. Without ``known`` it reads and
+        checks the budget row and the history's tail first. With it, the checks on the
+        row are made on ``known`` (whose MAC ``read`` checked), and those reading other
+        rows (the history's tail, the analyst's row) right after the compare-and-set has
+        shown that ``known`` is the row this transaction sees: checked against a row
+        another session has since replaced, they would report a corruption."""
+        state = known
+        if state is None:
+            state = self._state()
+            self._check_tail(state)
         if delta > state.delta_cap:
             raise InvalidOption(
                 f"δ = {delta:g} is above this database's per-query cap of δ = "
                 f"{state.delta_cap:g}; nothing was charged"
             )
-        mine = self._affordable_for(state, epsilon, delta)
-        if mine is not None:
-            self._spend_analyst(mine, epsilon, delta)
+        _refuse_unless_database_fits(state, epsilon, delta)
         spent = state.spent + epsilon
         seq = state.entries + 1
         at = datetime.now(UTC).replace(tzinfo=None)
@@ -676,6 +728,11 @@ class Ledger:
             state.declared,
         )
         self._compare_and_set(state, new)
+        if known is not None:
+            self._check_tail(state)
+        mine = self._analyst_affordable(state, epsilon, delta)
+        if mine is not None:
+            self._spend_analyst(mine, epsilon, delta)
         self._execute(
             f"INSERT INTO {SCHEMA}.history (seq, charged_at, query, epsilon, delta, mac, "
             "analyst) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -706,22 +763,22 @@ class Ledger:
         mac = self._analyst_mac(
             name, verifier, budget.total, spent, budget.delta_total, delta_spent, entries
         )
-        updated = self._execute(
+        updated = self._execute(  # the count of rows changed
             f"UPDATE {SCHEMA}.analysts SET spent = ?, delta_spent = ?, entries = ?, mac = ? "
-            "WHERE name = ? AND mac = ? RETURNING name",
+            "WHERE name = ? AND mac = ?",
             [spent, delta_spent, entries, mac, name, old_mac],
         ).fetchall()
-        if not updated:
+        if updated != [(1,)]:
             raise duckdb.TransactionException("the analyst's row changed meanwhile")
 
-    def _compare_and_set(self, old: _State, new: _State) -> None:
+    def _compare_and_set(self, old: LedgerState, new: LedgerState) -> None:
         """Replace the budget row ``old`` by ``new``; a concurrent change is a conflict."""
-        updated = self._execute(
+        updated = self._execute(  # DuckDB answers an UPDATE with the count of rows changed
             f"UPDATE {SCHEMA}.budget SET spent = ?, delta = ?, entries = ?, head = ?, "
-            "declared = ?, mac = ? WHERE id = 1 AND mac = ? RETURNING id",
+            "declared = ?, mac = ? WHERE id = 1 AND mac = ?",
             [new.spent, new.delta, new.entries, new.head, new.declared, new.mac, old.mac],
         ).fetchall()
-        if not updated:
+        if updated != [(1,)]:
             raise duckdb.TransactionException("the budget row changed meanwhile")
 
     def _execute(self, statement: str, parameters: list | None = None) -> duckdb.DuckDBPyConnection:
@@ -841,7 +898,7 @@ class Ledger:
             f"SELECT count(*) FROM {SCHEMA}.history WHERE analyst = ?", [name]
         ).fetchall()[0][0]
 
-    def _analyst_row(self, name: str, state: _State) -> tuple[Analyst, str, str] | None:
+    def _analyst_row(self, name: str, state: LedgerState) -> tuple[Analyst, str, str] | None:
         """Analyst ``name``'s budget, verifier and MAC, after checking the MAC and that the
         row counts every history entry of the analyst (an older copy put back would not);
         None if there is no such analyst."""
@@ -1036,6 +1093,20 @@ def _refuse_unless_fits(symbol: str, cost: float, spent: float, total: float, wh
             f"{symbol} = {max(0.0, total - spent):g} of {whose}{total:g} remains; "
             "nothing was charged"
         )
+
+
+def _refuse_unless_tail(state: LedgerState, tail: tuple) -> None:
+    """Raise ``LedgerCorrupted`` unless the history ends where ``state`` says: ``tail`` is
+    what ``_TAIL`` reads (``Ledger._history`` checks every link)."""
+    if tuple(tail) != (state.entries, state.entries, state.head):
+        raise LedgerCorrupted("the ledger's history was changed outside privsql")
+
+
+def _refuse_unless_database_fits(state: LedgerState, epsilon: float, delta: float) -> None:
+    """Raise ``BudgetExceeded`` unless ε and δ both fit in what remains of the database's
+    budget as ``state`` has it."""
+    _refuse_unless_fits("ε", epsilon, state.spent, state.total, "")
+    _refuse_unless_fits("δ", delta, state.delta, state.delta_total, "")
 
 
 def _fits(spent: float, cost: float, total: float) -> bool:

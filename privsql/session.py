@@ -29,6 +29,7 @@ from privsql.ledger import (
     LOCK_TIMEOUT,
     MAX_QUERY_DELTA,
     Ledger,
+    LedgerState,
     StoredAnswer,
     open_database,
 )
@@ -251,14 +252,15 @@ class Session:
         schema = schema_statement(query, self)
         if schema is not None:
             return schema
-        catalog = self._catalog()
+        state = self._ledger.read()  # the budget row this query checks against and replaces
+        catalog = self._catalogs.current(state.declared)
         analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)
-        released = self._watched(lambda: self._execute(analysis, catalog, key, delta))
+        released = self._watched(lambda: self._execute(analysis, catalog, key, delta, state))
         query_plan, parts = released.compiled.plan, released.compiled.stages
         assert query_plan is not None and parts is not None
         if released.fresh:
@@ -267,6 +269,7 @@ class Session:
                 query_plan.epsilon,
                 query_plan.delta,
                 StoredAnswer(key, released.data, released.table),
+                known=state,
             )
         table = post_process(self._con, parts.final, released.table).replace_schema_metadata(
             released.table.schema.metadata
@@ -426,7 +429,7 @@ class Session:
         return self._catalogs.current()
 
     def _execute(
-        self, analysis: Analysis, catalog: Catalog, key: str, delta: float
+        self, analysis: Analysis, catalog: Catalog, key: str, delta: float, state: LedgerState
     ) -> _Released:
         """The query's released values, in one snapshot of the data: the stored answer when
         this query was answered on these data before (looked up before anything else runs),
@@ -465,7 +468,8 @@ class Session:
                     decided=decided,
                 )
                 return _Released(data, stored, step, fresh=False)
-            self._check_affordable(analysis.options.epsilon or self.epsilon, delta)
+            epsilon = analysis.options.epsilon or self.epsilon
+            self._ledger.check_affordable(epsilon, delta, known=state)
             step, _ = compile_all(
                 analysis,
                 epsilon=self.epsilon,
@@ -495,11 +499,6 @@ class Session:
         caps, blind = self._thresholds(search.plan, summary)
         guessed = decided.guessed | _blind_aggregates(search.plan, blind)
         return replace(decided, caps=caps, guessed=guessed)
-
-    def _check_affordable(self, epsilon: float, delta: float) -> None:
-        """Refuse, charging nothing, a release the ledger cannot afford (ε or δ, of the
-        database's or the analyst's budget)."""
-        self._ledger.check_affordable(epsilon, delta)
 
     def _group_cap(self, query_plan: Plan, counts: Sequence[int], summary: Sequence[int]) -> int:
         """MAX_GROUPS AUTO: AKMV19's rank rule (``udfs.rank_threshold``) on how many units

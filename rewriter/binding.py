@@ -21,9 +21,15 @@ quoted by DuckDB's messages.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
 import re
 import threading
-from collections.abc import Callable
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -158,10 +164,6 @@ GENERIC = {
 """What is said of a failure none of ``PATTERNS`` reads (its message is not passed on)."""
 
 
-_scratch: duckdb.DuckDBPyConnection | None = None
-_scratch_lock = threading.Lock()
-
-
 def check_binding(query: exp.Query, catalog: Catalog, written: str) -> None:
     """Refuse a resolved query whose types do not fit or that names an unknown function.
 
@@ -172,8 +174,7 @@ def check_binding(query: exp.Query, catalog: Catalog, written: str) -> None:
     stand_ins = _stand_ins(query, catalog)
     if stand_ins is None:
         return
-    statement, tables = stand_ins
-    failure = _run(statement, tables)
+    failure = _run(stand_ins.statement, stand_ins.rows, stand_ins.kept)
     if failure is None:
         return
     message = _first_line(failure)
@@ -187,7 +188,7 @@ def check_binding(query: exp.Query, catalog: Catalog, written: str) -> None:
         raise TypeMismatch(generic)
 
 
-def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | None:
+def _stand_ins(query: exp.Query, catalog: Catalog) -> _StandIns | None:
     """The query over stand-in sources, and the statements creating them; None where a
     source's schema cannot be read or written as DuckDB types."""
     query = query.copy()
@@ -201,24 +202,25 @@ def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | No
         clamped.replace(
             exp.Least(this=exp.Greatest(this=value.copy(), expressions=[low]), expressions=[high])
         )
-    tables: list[str] = []
-    created: dict[str, str] = {}
+    rows: list[str] = []
+    kept: dict[str, str] = {}
+    named: dict[str, str] = {}
     for source in list(query.find_all(exp.Table)):
         if IDENTITY not in source.meta:
             if isinstance(source.this, exp.Func):  # range(10**10): its columns, one row
-                name = f"{STAND_IN}{len(created) + len(tables)}_rows"
+                name = f"{STAND_IN}{len(rows) // 2}_rows"
                 bare = source.copy()
                 bare.set("alias", None)
-                tables.append(
+                rows.append(
                     f"CREATE TABLE {name} AS SELECT * FROM {bare.sql(dialect='duckdb')} LIMIT 0"
                 )
-                tables.append(f"INSERT INTO {name} DEFAULT VALUES")
+                rows.append(f"INSERT INTO {name} DEFAULT VALUES")
                 source.set("this", exp.to_identifier(name))
             continue
         bare = source.copy()
         bare.set("alias", None)
         text = bare.sql(dialect="duckdb")
-        if text not in created:
+        if text not in named:
             try:
                 names = list(catalog.columns(text))
                 types = catalog.types(f"SELECT * FROM {text}")
@@ -226,58 +228,169 @@ def _stand_ins(query: exp.Query, catalog: Catalog) -> tuple[str, list[str]] | No
                 return None
             if len(names) != len(types):
                 return None
-            created[text] = f"{STAND_IN}{len(created)}"
             columns = ", ".join(
                 f"CAST(NULL AS {public_type(kind)}) AS "
                 + exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
                 for name, kind in zip(names, types, strict=True)
             )
-            tables.append(f"CREATE TABLE {created[text]} AS SELECT {columns}")
+            named[text] = f"{STAND_IN}{hashlib.sha256(columns.encode()).hexdigest()[:32]}"
+            kept[named[text]] = f"CREATE TABLE {named[text]} AS SELECT {columns}"
         alias = source.alias_or_name
         source.replace(
             exp.Table(
-                this=exp.to_identifier(created[text]),
+                this=exp.to_identifier(named[text]),
                 alias=exp.TableAlias(this=exp.to_identifier(alias)),
             )
         )
-    return query.sql(dialect="duckdb"), tables
+    return _StandIns(query.sql(dialect="duckdb", copy=False), kept, rows)  # query is a copy
 
 
+@dataclass(frozen=True)
+class _StandIns:
+    """The query over stand-ins (``statement``); ``kept``: each stand-in of a source, by
+    its name, and the statement creating it: the name is a digest of its columns and
+    types, so a stand-in made once serves every later check of the same schema (the
+    scratch keeps it); ``rows``: the statements making the stand-ins of table functions,
+    made for this check alone."""
+
+    statement: str
+    kept: dict[str, str]
+    rows: list[str]
 
 
-def _run(statement: str, tables: list[str]) -> duckdb.Error | None:
-    """DuckDB's error running ``statement`` over the stand-ins, or None: no error, a schema
-    the scratch database cannot create, or a run past ``TIME_LIMIT``."""
-    global _scratch
-    with _scratch_lock:
-        if _scratch is None:
-            _scratch = duckdb.connect(config=NO_REACH)
-            _scratch.execute("SET threads = 1")  # one row: parallel scheduling is overhead
-            _scratch.execute("SET memory_limit = '256MB'")  # analysts' SQL over stand-ins
-        scratch = _scratch
-        scratch.execute("BEGIN TRANSACTION")
-        try:
-            try:
-                for table in tables:
-                    scratch.execute(table)
-            except duckdb.Error:
+class _Scratch:
+    """The scratch database, its stand-ins kept between checks, and the watchdog that
+    interrupts a run past ``TIME_LIMIT``. One check at a time (``lock``).
+
+    It also remembers the runs that passed: a run's outcome is a function of its
+    statement and its stand-ins' schemas alone (no data is there), and the statement
+    names each kept stand-in by a digest of its schema, so a query asked again (with
+    another ε, say) passes without running again. Failures are not remembered."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._connection: duckdb.DuckDBPyConnection | None = None
+        self._kept: set[str] = set()
+        self._deadline = _Deadline()
+        self._passed: OrderedDict[tuple[str, tuple[str, ...]], None] = OrderedDict()
+
+    def run(self, statement: str, rows: list[str], kept: dict[str, str]) -> duckdb.Error | None:
+        run = (statement, tuple(rows))
+        with self.lock:
+            if run in self._passed:
+                self._passed.move_to_end(run)
                 return None
-            timer = threading.Timer(TIME_LIMIT, scratch.interrupt)
-            timer.start()
-            try:
-                scratch.execute(statement).fetchall()
-            except duckdb.InterruptException:
+            scratch = self._connected(kept)
+            if scratch is None:
                 return None
-            except duckdb.Error as error:
-                return error
+            scratch.execute("BEGIN TRANSACTION")
+            try:
+                try:
+                    for table in rows:
+                        scratch.execute(table)
+                except duckdb.Error:
+                    return None
+                try:
+                    with self._deadline.limit(scratch, TIME_LIMIT):
+                        scratch.execute(statement).fetchall()
+                except duckdb.InterruptException:
+                    return None
+                except duckdb.Error as error:
+                    return error
+                self._passed[run] = None
+                if len(self._passed) > MAX_PASSED:
+                    self._passed.popitem(last=False)
+                return None
             finally:
-                timer.cancel()
-            return None
+                try:
+                    scratch.execute("ROLLBACK")
+                except duckdb.Error:  # a late interrupt: start the next check on a new scratch
+                    self._connection = None
+
+    def _connected(self, kept: dict[str, str]) -> duckdb.DuckDBPyConnection | None:
+        """The scratch connection with every stand-in of ``kept`` made; None when one
+        cannot be made (a schema the scratch database cannot create)."""
+        if self._connection is None or len(self._kept) + len(kept) > MAX_KEPT:
+            self._connection = duckdb.connect(config=NO_REACH)
+            self._connection.execute("SET threads = 1")  # one row: parallel is overhead
+            self._connection.execute("SET memory_limit = '256MB'")  # analysts' SQL
+            self._kept = set()
+        for name, statement in kept.items():
+            if name not in self._kept:
+                try:
+                    self._connection.execute(statement)
+                except duckdb.Error:
+                    return None
+                self._kept.add(name)
+        return self._connection
+
+
+class _Deadline:
+    """One watchdog thread for every scratch run: ``limit`` interrupts the connection if
+    the run inside it lasts past ``seconds`` (a thread started per run costs more than a
+    check of a small query). A forked child starts its own thread when it first needs one.
+    """
+
+    def __init__(self) -> None:
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+        atexit.register(self._stop)  # a thread left running keeps modules alive
+
+    def _forget(self) -> None:
+        self._changed = threading.Condition()
+        self._armed: tuple[float, duckdb.DuckDBPyConnection] | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @contextmanager
+    def limit(self, connection: duckdb.DuckDBPyConnection, seconds: float) -> Iterator[None]:
+        with self._changed:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="privsql-scratch-deadline", daemon=True
+                )
+                self._thread.start()
+            self._armed = (time.monotonic() + seconds, connection)
+            self._changed.notify()
+        try:
+            yield
         finally:
-            try:
-                scratch.execute("ROLLBACK")
-            except duckdb.Error:  # a late interrupt: start the next check on a new scratch
-                _scratch = None
+            with self._changed:
+                self._armed = None
+
+    def _stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._stopping:  # no reference to a connection is held while waiting
+                if self._armed is None:
+                    self._changed.wait()
+                elif (left := self._armed[0] - time.monotonic()) > 0:
+                    self._changed.wait(left)
+                else:
+                    self._armed[1].interrupt()
+                    self._armed = None
+
+
+MAX_KEPT = 256
+"""Stand-ins the scratch keeps; past it the scratch starts again empty."""
+MAX_PASSED = 1024
+"""Runs that passed the scratch remembers, the least recently asked forgotten first."""
+_scratch = _Scratch()
+
+
+def _run(
+    statement: str, rows: list[str], kept: dict[str, str] | None = None
+) -> duckdb.Error | None:
+    """DuckDB's error running ``statement`` over the stand-ins (``kept`` made once and
+    kept, ``rows`` made for this run), or None: no error, a schema the scratch database
+    cannot create, or a run past ``TIME_LIMIT``."""
+    return _scratch.run(statement, rows, kept or {})
 
 
 def _first_line(error: duckdb.Error) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
-from rewriter.dialect import to_sql
+from rewriter.dialect import PrivSQL
 from rewriter.resolve import IDENTITY
 
 
@@ -68,7 +68,7 @@ def answer_spelling(select: exp.Select) -> Callable[[exp.Expr], str]:
         for part in list(root.walk()):
             part.comments = None  # a comment is whitespace to the question
             _respell(part, tables, outputs if outer is not None else {}, outer)
-        return to_sql(root)
+        return root.sql(dialect=PrivSQL, copy=False)  # as ``to_sql``; root is a copy already
 
     return spelt
 

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 import privsql
-from rewriter.errors import PrivacyError
+from rewriter.errors import PrivacyError, TypeMismatch
 
 COUNT = "SELECT COUNT(*) AS n FROM {source} PRIVACY_UNIT {unit} BOUND ROWS 1 EPSILON 0.5"
 
@@ -77,6 +77,62 @@ def test_a_view_replaced_after_a_query_is_read_as_it_is_now(con):
     with pytest.raises(PrivacyError):
         db.sql(COUNT.format(source="v", unit="uid"))
     assert db.sql(COUNT.format(source="v", unit="uid2")).epsilon == 0.5
+
+
+def test_a_view_renamed_after_a_query_is_read_as_it_is_now(con):
+    db = privsql.connect(con, budget=100)
+    con.execute("CREATE VIEW v AS SELECT uid FROM t")
+    first = db.sql(COUNT.format(source="v", unit="uid")).fetchall()
+    con.execute("ALTER VIEW v RENAME TO w")
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="v", unit="uid"))
+    # w is what v was: the same question of the same rows, answered as before
+    assert db.sql(COUNT.format(source="w", unit="uid")).fetchall() == first
+
+
+def test_a_view_dropped_and_made_anew_under_its_name_is_read_as_it_is_now(con):
+    db = privsql.connect(con, budget=100)
+    con.execute("CREATE VIEW v AS SELECT uid FROM t")
+    db.sql(COUNT.format(source="v", unit="uid"))
+    con.execute("DROP VIEW v")
+    con.execute("CREATE VIEW v AS SELECT other AS person FROM t")
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="v", unit="uid"))
+    assert db.sql(COUNT.format(source="v", unit="person")).epsilon == 0.5
+
+
+def test_a_view_of_a_database_attached_anew_is_read_as_it_is_now(con, tmp_path):
+    """A database detached and attached again (here: another file under the same name,
+    with the same table and a view of the same name defined otherwise) has its views
+    listed anew."""
+    for name, column in [("a", "uid"), ("b", "person")]:
+        file = duckdb.connect(str(tmp_path / f"{name}.duckdb"))
+        file.execute("CREATE TABLE t AS SELECT i AS uid FROM range(10) r(i)")
+        file.execute(f"CREATE VIEW v AS SELECT uid AS {column} FROM t")
+        file.close()
+    db = privsql.connect(con, budget=100)
+    con.execute(f"ATTACH '{tmp_path / 'a.duckdb'}' AS x")
+    db.sql(COUNT.format(source="x.main.v", unit="uid"))
+    con.execute("DETACH x")
+    con.execute(f"ATTACH '{tmp_path / 'b.duckdb'}' AS x")
+    with pytest.raises(PrivacyError):
+        db.sql(COUNT.format(source="x.main.v", unit="uid"))
+    assert db.sql(COUNT.format(source="x.main.v", unit="person")).epsilon == 0.5
+
+
+def test_a_column_retyped_after_a_query_is_type_checked_as_it_is_now(con):
+    """The type check's stand-ins are kept by schema: after a column changes type, the
+    same query is checked against the new type (and a comparison that no longer fits is
+    refused, charging nothing)."""
+    con.execute("CREATE TABLE s AS SELECT i AS uid, i::VARCHAR AS x FROM range(10) r(i)")
+    db = privsql.connect(con, budget=100)
+    query = "SELECT COUNT(*) AS n FROM s WHERE x > 'abc' PRIVACY_UNIT uid BOUND ROWS 1 EPSILON 0.5"
+    assert db.sql(query).epsilon == 0.5
+    con.execute("ALTER TABLE s ALTER x TYPE INTEGER")
+    spent = db.budget.spent
+    with pytest.raises(TypeMismatch):
+        db.sql(query.replace("0.5", "0.25"))
+    assert db.budget.spent == spent
 
 
 def test_a_table_made_after_a_query_can_be_read(con):

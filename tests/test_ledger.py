@@ -394,3 +394,54 @@ def test_a_kill_anywhere_never_leaves_an_answer_without_its_charge(tmp_path, del
     answers = len(received(messages))
     charges = history_length(path)
     assert answers <= charges <= answers + 1
+
+
+# -- one read per query -----------------------------------------------------------------------
+
+
+def two_ledgers(path: Path) -> tuple[duckdb.DuckDBPyConnection, Ledger, Ledger]:
+    """Two ledgers of one database on cursors of one connection: they really race."""
+    con = duckdb.connect(str(path))
+    return con, Ledger(con.cursor(), None), Ledger(con.cursor(), None)
+
+
+def test_a_charge_on_a_row_read_before_another_sessions_charge_starts_again(database):
+    """A query reads the budget row once, at its start; a charge made meanwhile by another
+    session is no corruption: the compare-and-set misses and the charge is made anew
+    on the row as committed, both charges counted."""
+    con, mine, other = two_ledgers(database)
+    before = mine.read()
+    other.charge("theirs", 0.2, 0.0)
+    mine.charge("mine", 0.3, 0.0, known=before)
+    assert mine.spent == pytest.approx(before.spent + 0.5)
+    assert [c.query for c in mine.history[-2:]] == ["theirs", "mine"]
+    con.close()
+
+
+def test_a_row_read_before_the_budget_ran_out_does_not_let_a_charge_past_it(database):
+    con, mine, other = two_ledgers(database)
+    before = mine.read()
+    mine.check_affordable(0.5, known=before)  # affordable when read ...
+    other.charge("theirs", before.total - before.spent - 0.1, 0.0)
+    with pytest.raises(privsql.BudgetExceeded):  # ... but no longer when charged
+        mine.charge("mine", 0.5, 0.0, known=before)
+    assert mine.spent == pytest.approx(before.total - 0.1)
+    con.close()
+
+
+def test_the_budget_check_on_a_row_read_refuses_what_it_cannot_afford(database):
+    con, mine, _ = two_ledgers(database)
+    before = mine.read()
+    with pytest.raises(privsql.BudgetExceeded):
+        mine.check_affordable(before.total - before.spent + 0.01, known=before)
+    con.close()
+
+
+def test_history_edited_between_the_read_and_the_charge_is_caught_by_the_charge(database):
+    con, mine, _ = two_ledgers(database)
+    before = mine.read()
+    con.execute("DELETE FROM __privsql.history WHERE seq = 2")  # the budget row untouched
+    with pytest.raises(LedgerCorrupted):
+        mine.charge("mine", 0.1, 0.0, known=before)
+    con.close()
+    assert spent(database) == pytest.approx(before.spent)  # nothing charged
