@@ -203,8 +203,8 @@ def _analyze(
     relations.refuse_outside_from()
     unit, source = relations.resolve(options.unit)
     relations.check_reached()
+    rows = build(select, relations, catalog)  # refuses items that run per private row
     check_fan_out(select, relations, catalog)
-    rows = build(select, relations, catalog)
     key_nodes = _group_keys(select)
     automatic = options.strategy in (None, "AUTO") or options.threshold == "AUTO"
     aggregates = _aggregates(select, relations, catalog, automatic)

