@@ -72,7 +72,12 @@ class PrivSQLParser(DuckDBParser):
             key = option.lower()
             if clause.args.get(key) is not None:
                 raise ParseError(f"{option} given twice in {CLAUSE}")
-            clause.set(key, self._parse_bound() if option == "BOUND" else self._parse_number())
+            if option == "BOUND":
+                clause.set(key, self._parse_bound())
+            elif option == "MAX_GROUPS" and self._match_text_seq("AUTO"):
+                clause.set(key, exp.var("AUTO"))  # as if not given: chosen privately
+            else:
+                clause.set(key, self._parse_number())
         return clause
 
     def _parse_bound(self) -> Bound:

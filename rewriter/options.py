@@ -65,6 +65,11 @@ def _count(node: exp.Expr | None, option: str) -> int | None:
     return int(value)
 
 
+def _unless_auto(node: exp.Expr | None) -> exp.Expr | None:
+    """An option's value, or None where it says AUTO (the default: chosen privately)."""
+    return None if isinstance(node, exp.Var) else node
+
+
 def read_options(clause: PrivacyUnit) -> PrivacyOptions:
     """Turn the parsed clause into checked options."""
     bound = clause.args.get("bound")
@@ -83,7 +88,7 @@ def read_options(clause: PrivacyUnit) -> PrivacyOptions:
         unit=clause.this,
         strategy=strategy,
         threshold=threshold,
-        max_groups=_count(clause.args.get("max_groups"), "MAX_GROUPS"),
+        max_groups=_count(_unless_auto(clause.args.get("max_groups")), "MAX_GROUPS"),
         epsilon=_positive(clause.args.get("epsilon"), "EPSILON"),
         delta=delta,
     )

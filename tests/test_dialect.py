@@ -522,7 +522,6 @@ SYNTAX_ERRORS = {
     "epsilon-nan": f"{BASE} PRIVACY_UNIT u EPSILON NaN",
     "epsilon-string": f"{BASE} PRIVACY_UNIT u EPSILON '0.5'",
     "epsilon-expression": f"{BASE} PRIVACY_UNIT u EPSILON 1 + 1",
-    "max-groups-auto": f"{BASE} PRIVACY_UNIT u MAX_GROUPS AUTO",
     "delta-column": f"{BASE} PRIVACY_UNIT u DELTA x",
     # the unit
     "unit-missing": f"{BASE} PRIVACY_UNIT",
@@ -571,3 +570,14 @@ def test_unknown_strategy_message_lists_the_strategies() -> None:
         parse(f"{BASE} PRIVACY_UNIT u BOUND SAMPLE 5")
     for strategy in ("ROWS", "WEIGHTS", "CLIP", "AUTO"):
         assert strategy in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "clause", ["MAX_GROUPS AUTO", "BOUND ROWS AUTO MAX_GROUPS AUTO", "MAX_GROUPS auto EPSILON 1"]
+)
+def test_max_groups_auto_reads_as_not_given(clause: str) -> None:
+    from rewriter.options import read_options
+
+    tree = parse(f"SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT u {clause}")
+    assert read_options(tree.args["privacy"]).max_groups is None
+    assert "MAX_GROUPS AUTO" in to_sql(tree)
