@@ -112,6 +112,7 @@ class CatalogCache:
             public=frozenset(n for n, (_, public) in declared.items() if public),
             tables=frozenset(identity(t, database) for t, _ in listing),
             views={identity(t, database): sql for t, sql in listing if sql},
+            memo={},
         )
 
     def _columns(self, source: str, file_columns: Callable[[str], list[str]]) -> list[str]:

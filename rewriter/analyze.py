@@ -629,7 +629,16 @@ def _typed_values(
     for arg in ("with_", "from_", "joins"):
         if select.args.get(arg) is not None:
             typed_key.set(arg, select.args[arg].copy())
-    kind = exp.DataType.build(catalog.types(typed_key.sql(dialect="duckdb"))[0], dialect="duckdb")
+    key_sql = typed_key.sql(dialect="duckdb")
+    # Public inputs only (the list, the key's type and collation): the same list over the
+    # same FROM is cast once per catalogue — except over files, whose schema can change
+    # without the catalogue knowing.
+    memo = None
+    if not any(isinstance(t.this, exp.Func) for t in typed_key.find_all(exp.Table)):
+        memo = ("typed key list", key_sql, tuple((type(v).__name__, repr(v)) for v in values))
+        if memo in catalog.memo:
+            return [c.copy() for c in catalog.memo[memo]]
+    kind = exp.DataType.build(catalog.types(key_sql)[0], dialect="duckdb")
     given = exp.Values(
         expressions=[
             exp.tuple_(exp.convert(i), exp.Cast(this=_literal(v), to=exp.DataType.build("VARCHAR")))
@@ -654,7 +663,10 @@ def _typed_values(
             raise InvalidOption(f"key value {value!r} is not a {kind.sql(dialect='duckdb')}")
         if first:
             canonical.append(text)
-    return [exp.Cast(this=exp.convert(text), to=kind.copy()) for text in canonical]
+    typed_values = [exp.Cast(this=exp.convert(text), to=kind.copy()) for text in canonical]
+    if memo is not None:
+        catalog.memo[memo] = typed_values
+    return [c.copy() for c in typed_values]
 
 
 def _first_of_each(typed: exp.Query) -> str:

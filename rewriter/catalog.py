@@ -104,6 +104,9 @@ class Catalog:
     """Each view's definition (``CREATE VIEW ...``), by identity."""
     count_rows: Callable[[exp.Query], int] = lambda _: 0
     """The one number a query over public data only computes (``rewriter.fanout``)."""
+    memo: dict[object, object] = field(default_factory=dict)
+    """Results computed from this catalogue and a query's constants alone (a key list's
+    cast values), kept for as long as the catalogue is (a new one starts empty)."""
 
     def view(self, source: exp.Table) -> str | None:
         """The definition of an undeclared view, which a query reads as the query it is;

@@ -178,3 +178,26 @@ def test_a_session_is_freed_without_the_garbage_collector(con):
         assert session() is None and cache() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    "retype",
+    [
+        "CREATE OR REPLACE TABLE t AS SELECT i % 30 AS uid, CAST(i % 3 AS VARCHAR) AS g "
+        "FROM range(300) r(i)",
+        "ALTER TABLE t ALTER g TYPE VARCHAR",
+    ],
+)
+def test_a_cast_key_list_is_not_reused_after_the_key_is_retyped(retype: str) -> None:
+    """Key lists are cast once per catalogue (``Catalog.memo``): after the key column turns
+    from INTEGER to VARCHAR, '1' and '01' are two groups, not one."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 30 AS uid, i % 3 AS g FROM range(300) r(i)")
+    db = privsql.connect(con, budget=1e6)
+    db.protect("t", privacy_unit="uid")
+    sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 EPSILON {}"
+    keys = {"g": ["1", "01", "2"]}
+    assert [row[0] for row in db.sql(sql.format(1), keys=keys).fetchall()] == [1, 2]
+    assert [row[0] for row in db.sql(sql.format(1.5), keys=keys).fetchall()] == [1, 2]
+    con.execute(retype)
+    assert [row[0] for row in db.sql(sql.format(2), keys=keys).fetchall()] == ["1", "01", "2"]
