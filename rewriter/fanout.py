@@ -63,7 +63,6 @@ class _Counting:
         if not isinstance(query, exp.Select):
             return 1
         product = 1
-        joins = {id(join.this): join for join in query.args.get("joins") or []}
         for item in items(query):
             if self.relations.is_private(item):
                 body = self.relations.body(item)
@@ -71,17 +70,17 @@ class _Counting:
                 continue
             # SEMI and ANTI joins emit one row at most, but test the condition against
             # every public row they may match: the work they add is counted the same
-            product *= max(1, self._public(item, query, joins.get(id(item))))
+            product *= max(1, self._public(item, query))
         return product
 
-    def _public(self, item: exp.Expr, select: exp.Select, join: exp.Join | None) -> int:
+    def _public(self, item: exp.Expr, select: exp.Select) -> int:
         """How many of a public item's rows one row of the others can match: the largest
         group of its rows sharing the values of the columns it is equi-joined on, else all
         of them (a table function's, counted only up to just past the limit)."""
         label = item.alias_or_name
         private = {i.alias_or_name for i in items(select) if self.relations.is_private(i)}
         keys = sorted(
-            {column.name for column in _equated_columns(select, join, label, private)},
+            {column.name for column in _equated_columns(select, label, private)},
             key=str.lower,
         )
         body = self.relations.body(item)
@@ -101,14 +100,15 @@ class _Counting:
         return self.catalog.count_rows(counted)
 
 
-def _equated_columns(
-    select: exp.Select, join: exp.Join | None, label: str, private: set[str]
-) -> Iterator[exp.Column]:
-    """Columns of the item ``label`` equated, in its join's ON or the WHERE, with an
+def _equated_columns(select: exp.Select, label: str, private: set[str]) -> Iterator[exp.Column]:
+    """Columns of the item ``label`` equated, in the WHERE or any join's ON, with an
     expression of private items' columns and constants only: one private row then fixes
-    their value. (Equated with another public item's column, ``p.k = q.k``, they bound
-    nothing per private row: each private row meets every matching pair.)"""
-    conditions = [select.args.get("where"), join.args.get("on") if join is not None else None]
+    their value (whichever side of the join the public item stands on: ``FROM airports a
+    JOIN flights f ON f.dest = a.faa`` meets one airport per flight). Equated with another
+    public item's column, ``p.k = q.k``, they bound nothing per private row: each private
+    row meets every matching pair."""
+    joins = select.args.get("joins") or []
+    conditions = [select.args.get("where"), *(join.args.get("on") for join in joins)]
     for condition in conditions:
         if condition is None:
             continue

@@ -531,6 +531,29 @@ def test_public_joins_within_the_limit_are_answered(db: privsql.Session, sql: st
     assert result.epsilon > 0
 
 
+
+@pytest.mark.parametrize(
+    "from_",
+    [
+        "FROM ratings r JOIN lookup l ON l.id = r.row_id",
+        "FROM lookup l JOIN ratings r ON r.row_id = l.id",
+        "FROM lookup l, ratings r WHERE r.row_id = l.id",
+        "FROM lookup l JOIN ratings r ON r.row_id = l.id AND r.rating > 1",
+    ],
+)
+def test_a_large_public_table_joined_on_its_key_is_answered_from_either_side(
+    db: privsql.Session, from_: str
+) -> None:
+    """A lookup table of 1,000 rows meets one row per private row when joined on its key,
+    wherever it stands in the FROM (it was refused when listed before the private table)."""
+    db._con.execute("CREATE TABLE lookup AS SELECT i AS id, i % 2 AS kind FROM range(1000) t(i)")
+    db.public("lookup")
+    assert db.sql(f"SELECT COUNT(*) {from_} PRIVACY_UNIT r.user_id BOUND ROWS 1").epsilon > 0
+    error = refused(
+        db, f"SELECT COUNT(*) {from_.replace('l.id', 'l.kind')} PRIVACY_UNIT r.user_id"
+    )
+    assert "more than 256 times" in str(error)
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [
