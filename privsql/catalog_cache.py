@@ -29,7 +29,7 @@ from sqlglot import exp
 from privsql.engines import Engine
 from privsql.ledger import Ledger, database_path
 from rewriter.catalog import FILE, Catalog, identity
-from rewriter.errors import InvalidOption
+from rewriter.errors import InvalidOption, UnsupportedQuery
 
 PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
 """A table or view named by (at most three) identifiers: its columns are the catalogue's."""
@@ -158,8 +158,14 @@ class CatalogCache:
 
 def _count_rows(engine: Engine, query: exp.Query) -> int:
     """The count a query over public data computes (how many rows a public item can join
-    to a private one: ``rewriter.fanout``)."""
-    value = engine.public(query).column(0)[0].as_py()
+    to a private one: ``rewriter.fanout``). Public data only: a failure is the public
+    item's own, and refuses the query as one."""
+    try:
+        value = engine.public(query).column(0)[0].as_py()
+    except duckdb.Error:
+        raise UnsupportedQuery(
+            "a public table joined to private rows could not be read to count its rows"
+        ) from None
     return int(value or 0)
 
 

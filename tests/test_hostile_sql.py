@@ -554,6 +554,21 @@ def test_a_large_public_table_joined_on_its_key_is_answered_from_either_side(
     )
     assert "more than 256 times" in str(error)
 
+
+def test_a_public_item_that_fails_to_count_is_refused_as_a_privsql_error(
+    db: privsql.Session,
+) -> None:
+    """The fan-out count runs public SQL: its failure (a cast of a public value) is a
+    refusal like any other, not the engine's exception."""
+    db._con.execute("CREATE TABLE words AS SELECT 'x' AS s")
+    db.public("words")
+    error = refused(
+        db,
+        "WITH p AS (SELECT CAST(s AS INT) AS k FROM words) SELECT COUNT(*) FROM ratings r "
+        "JOIN p ON p.k = r.rating PRIVACY_UNIT r.user_id BOUND ROWS 1",
+    )
+    assert error.rule == "unsupported"
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [
