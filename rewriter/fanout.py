@@ -101,14 +101,23 @@ class _Counting:
 
 
 def _equated_columns(select: exp.Select, label: str, private: set[str]) -> Iterator[exp.Column]:
-    """Columns of the item ``label`` equated, in the WHERE or any join's ON, with an
-    expression of private items' columns and constants only: one private row then fixes
-    their value (whichever side of the join the public item stands on: ``FROM airports a
-    JOIN flights f ON f.dest = a.faa`` meets one airport per flight). Equated with another
-    public item's column, ``p.k = q.k``, they bound nothing per private row: each private
-    row meets every matching pair."""
+    """Columns of the item ``label`` equated with an expression of private items' columns
+    and constants only — one private row then fixes their value — in a condition that
+    pairs the item with private rows: the WHERE, the item's own ON, or the ON that brings
+    in the first private item when the public one stands before it (``FROM airports a JOIN
+    flights f ON f.dest = a.faa`` meets one airport per flight). The ON of any other join
+    pairs nothing with it: in ``FROM r JOIN p ON true JOIN r2 ON r2.u = r.u AND p.k =
+    r2.x`` each row of ``r`` has already met every row of ``p``. Equated with another
+    public item's column, ``p.k = q.k``, they bound nothing per private row either."""
     joins = select.args.get("joins") or []
-    conditions = [select.args.get("where"), *(join.args.get("on") for join in joins)]
+    conditions = [select.args.get("where")]
+    order = items(select)
+    position = next(i for i, item in enumerate(order) if item.alias_or_name == label)
+    if position > 0:
+        conditions.append(joins[position - 1].args.get("on"))
+    first = next((i for i, item in enumerate(order) if item.alias_or_name in private), 0)
+    if position < first:
+        conditions.append(joins[first - 1].args.get("on"))
     for condition in conditions:
         if condition is None:
             continue

@@ -553,6 +553,16 @@ def test_a_large_public_table_joined_on_its_key_is_answered_from_either_side(
         db, f"SELECT COUNT(*) {from_.replace('l.id', 'l.kind')} PRIVACY_UNIT r.user_id"
     )
     assert "more than 256 times" in str(error)
+    # the key equality must pair the lookup with the rows it multiplies: here each row of
+    # r has met all 1,000 lookup rows before r2's ON is applied
+    for late in (
+        "FROM ratings r JOIN lookup l ON true JOIN ratings r2 ON r2.user_id = r.user_id "
+        "AND l.id = r2.row_id",
+        "FROM ratings r, lookup l JOIN ratings r2 ON r2.user_id = r.user_id AND l.id = r2.row_id",
+        "FROM ratings r JOIN lookup l ON true LEFT JOIN movies m ON l.id = r.row_id",
+    ):
+        error = refused(db, f"SELECT COUNT(*) {late} PRIVACY_UNIT r.user_id BOUND ROWS 1")
+        assert "more than 256 times" in str(error)
 
 
 def test_a_public_item_that_fails_to_count_is_refused_as_a_privsql_error(
