@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from rewriter.catalog import Catalog
-from rewriter.errors import UnsupportedQuery
+from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.ir import public_ctes
 from rewriter.relations import Relations, items
 
@@ -80,7 +80,11 @@ class _Counting:
         label = item.alias_or_name
         private = {i.alias_or_name for i in items(select) if self.relations.is_private(i)}
         keys = sorted(
-            {column.name for column in _equated_columns(select, label, private)},
+            {
+                own.name
+                for own, other in _equalities(select, label, private)
+                if self._compared_as_is(select, own, other)
+            },
             key=str.lower,
         )
         body = self.relations.body(item)
@@ -99,18 +103,40 @@ class _Counting:
             counted.set("with_", exp.With(expressions=[cte.copy() for cte in self.ctes]))
         return self.catalog.count_rows(counted)
 
+    def _compared_as_is(self, select: exp.Select, own: exp.Column, other: exp.Expr) -> bool:
+        """Whether the equality compares the public column in its own type: grouping its
+        values then groups what the join matches. Across types DuckDB compares in a common
+        one, where distinct values may meet (5,000 HUGEINTs 2¹⁰⁰ + k are one DOUBLE: red
+        team, a hang on one row); and what cannot be bound here bounds nothing."""
+        probe = exp.Select(expressions=[own.copy(), other.copy()])
+        for arg in ("with_", "from_", "joins"):
+            if select.args.get(arg) is not None:
+                probe.set(arg, select.args[arg].copy())
+        if self.ctes and probe.args.get("with_") is None:
+            probe.set("with_", exp.With(expressions=[cte.copy() for cte in self.ctes]))
+        try:
+            kinds = self.catalog.types(probe.sql(dialect="duckdb"))
+        except PrivacyError:
+            return False
+        return len(kinds) == 2 and kinds[0] == kinds[1]
 
-def _equated_columns(select: exp.Select, label: str, private: set[str]) -> Iterator[exp.Column]:
-    """Columns of the item ``label`` equated with an expression of private items' columns
-    and constants only — one private row then fixes their value — in a condition that
-    pairs the item with private rows: the WHERE, the item's own ON, or the ON that brings
-    in the first private item when the public one stands before it (``FROM airports a JOIN
-    flights f ON f.dest = a.faa`` meets one airport per flight). The ON of any other join
-    pairs nothing with it: in ``FROM r JOIN p ON true JOIN r2 ON r2.u = r.u AND p.k =
-    r2.x`` each row of ``r`` has already met every row of ``p``. Equated with another
-    public item's column, ``p.k = q.k``, they bound nothing per private row either."""
+
+def _equalities(
+    select: exp.Select, label: str, private: set[str]
+) -> Iterator[tuple[exp.Column, exp.Expr]]:
+    """Each column of the item ``label`` equated with an expression of private items'
+    columns and constants only — one private row then fixes its value — with that
+    expression, in a condition that pairs the item with private rows: its own ON, the ON
+    that brings in the first private item when the public one stands before it (``FROM
+    airports a JOIN flights f ON f.dest = a.faa`` meets one airport per flight), or the
+    WHERE when every join is inner (DuckDB does not push a WHERE below an outer join, so
+    its ON runs unkeyed first: red team, a FULL JOIN on a private condition). The ON of
+    any other join pairs nothing with it: in ``FROM r JOIN p ON true JOIN r2 ON r2.u = r.u
+    AND p.k = r2.x`` each row of ``r`` has already met every row of ``p``. Equated with
+    another public item's column, ``p.k = q.k``, it bounds nothing per private row either."""
     joins = select.args.get("joins") or []
-    conditions = [select.args.get("where")]
+    outer = any(join.side for join in joins)
+    conditions = [] if outer else [select.args.get("where")]
     order = items(select)
     position = next(i for i, item in enumerate(order) if item.alias_or_name == label)
     if position > 0:
@@ -133,4 +159,4 @@ def _equated_columns(select: exp.Select, label: str, private: set[str]) -> Itera
                     and all(c.table in private for c in other.find_all(exp.Column))
                     and not any(other.find_all(exp.Query))
                 ):
-                    yield own
+                    yield own, other

@@ -579,6 +579,31 @@ def test_a_public_item_that_fails_to_count_is_refused_as_a_privsql_error(
     )
     assert error.rule == "unsupported"
 
+
+@pytest.mark.parametrize(
+    "from_",
+    [
+        # a WHERE key under a FULL JOIN runs after the join's unkeyed ON
+        "FROM ratings r FULL JOIN big a ON r.note = 'x' WHERE a.k = r.row_id",
+        "FROM ratings r LEFT JOIN big a ON r.note = 'x' WHERE a.k = r.row_id",
+        # across types the join compares in a common one: 2**100 + k are one DOUBLE
+        "FROM ratings r JOIN (SELECT CAST(2 AS HUGEINT) ** 100 + k AS h FROM big) a "
+        "ON a.h = CAST(r.row_id AS DOUBLE)",
+        "FROM ratings r JOIN big a ON a.k = CAST(r.row_id AS DOUBLE)",
+    ],
+)
+def test_keys_that_do_not_bound_the_join_as_grouped_are_not_keys(
+    db: privsql.Session, from_: str
+) -> None:
+    """Red team, after the review: a key equality bounds a public item only if the join
+    applies it as written — not from a WHERE below an outer join, not across types."""
+    db._con.execute("CREATE TABLE big AS SELECT i AS k FROM range(1000) t(i)")
+    db.public("big")
+    error = refused(db, f"SELECT COUNT(*) {from_} PRIVACY_UNIT r.user_id BOUND ROWS 1")
+    assert "more than 256 times" in str(error)
+    keyed = "FROM ratings r JOIN big a ON a.k = r.row_id"
+    assert db.sql(f"SELECT COUNT(*) {keyed} PRIVACY_UNIT r.user_id BOUND ROWS 1").epsilon > 0
+
 # 4. Errors that escape TRY, and memory that depends on one unit -------------------------
 
 TRY_ESCAPES = [
