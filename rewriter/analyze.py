@@ -37,7 +37,7 @@ from rewriter.functions import refuse_unlisted
 from rewriter.growth import refuse_growth
 from rewriter.ir import Relation, build, public_ctes
 from rewriter.options import PrivacyOptions, read_options
-from rewriter.relations import PRIVATE_BODY, Relations
+from rewriter.relations import PRIVATE_BODY, Relations, over_from
 from rewriter.resolve import IDENTITY, check_source, resolve
 from rewriter.statements import unparsed
 from rewriter.temporal import measure_as_numbers
@@ -625,10 +625,7 @@ def _typed_values(
     """
     if not values:
         raise InvalidOption("a public key list must not be empty")
-    typed_key = exp.Select(expressions=[key.copy()])
-    for arg in ("with_", "from_", "joins"):
-        if select.args.get(arg) is not None:
-            typed_key.set(arg, select.args[arg].copy())
+    typed_key = over_from(select, [key])
     key_sql = typed_key.sql(dialect="duckdb")
     # Public inputs only (the list, the key's type and collation): the same list over the
     # same FROM is cast once per catalogue — except over files, whose schema can change

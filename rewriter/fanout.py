@@ -28,7 +28,7 @@ from sqlglot import exp
 from rewriter.catalog import Catalog
 from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.ir import public_ctes
-from rewriter.relations import Relations, items
+from rewriter.relations import Relations, items, over_from
 
 MAX_FAN_OUT = 256
 """The most rows the public items of a query may join to (or test against) one private
@@ -108,10 +108,7 @@ class _Counting:
         values then groups what the join matches. Across types DuckDB compares in a common
         one, where distinct values may meet (5,000 HUGEINTs 2¹⁰⁰ + k are one DOUBLE: red
         team, a hang on one row); and what cannot be bound here bounds nothing."""
-        probe = exp.Select(expressions=[own.copy(), other.copy()])
-        for arg in ("with_", "from_", "joins"):
-            if select.args.get(arg) is not None:
-                probe.set(arg, select.args[arg].copy())
+        probe = over_from(select, [own, other])
         if self.ctes and probe.args.get("with_") is None:
             probe.set("with_", exp.With(expressions=[cte.copy() for cte in self.ctes]))
         try:

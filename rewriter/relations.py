@@ -65,6 +65,18 @@ def items(select: exp.Select) -> list[exp.Expr]:
     return found + [join.this for join in select.args.get("joins") or []]
 
 
+def over_from(select: exp.Select, expressions: list[exp.Expr]) -> exp.Select:
+    """``SELECT expressions`` over copies of ``select``'s WITH, FROM and joins: to bind
+    expressions of the query (their types) without touching it. (A list's ``copy()`` is
+    shallow: setting it elsewhere would move the query's own joins out of it.)"""
+    over = exp.Select(expressions=[e.copy() for e in expressions])
+    for arg in ("with_", "from_", "joins"):
+        value = select.args.get(arg)
+        if value is not None:
+            over.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    return over
+
+
 def _conjuncts(node: exp.Expr | None) -> Iterator[exp.Expr]:
     if isinstance(node, exp.Paren):
         yield from _conjuncts(node.this)

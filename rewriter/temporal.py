@@ -23,6 +23,7 @@ from rewriter.catalog import Catalog
 from rewriter.dialect import output_name, to_sql
 from rewriter.errors import InvalidOption, MissingBounds, UnsupportedQuery
 from rewriter.expressions import Clamped
+from rewriter.relations import over_from
 
 EPOCH_DATE = "DATE '1970-01-01'"
 VALUE = "__privsql_value"
@@ -115,10 +116,7 @@ def _value(aggregate: exp.Expr) -> exp.Expr:
 def _types(select: exp.Select, values: list[exp.Expr], catalog: Catalog) -> list[str]:
     """The DuckDB types of row-level expressions of the query, by binding them over its
     FROM (the schema only: no row is read)."""
-    typed = exp.Select(expressions=[v.copy() for v in values])
-    for arg in ("with_", "from_", "joins"):
-        if select.args.get(arg) is not None:
-            typed.set(arg, select.args[arg].copy())
+    typed = over_from(select, values)
     kinds = catalog.types(typed.sql(dialect="duckdb"))
     return kinds if len(kinds) == len(values) else ["" for _ in values]
 

@@ -338,3 +338,19 @@ def test_a_self_join_moves_a_count_by_at_most_its_sensitivity(db: privsql.Sessio
 def test_join_caps_bound_the_product() -> None:
     for n in range(2, 9):
         assert join_cap(n) ** n <= JOINED_ROWS_PER_UNIT < (join_cap(n) + 1) ** n
+
+
+def test_binding_expressions_over_the_from_leaves_the_query_whole() -> None:
+    """``over_from`` copies the joins: a list's ``copy()`` had moved the query's own joins
+    into the probe, so its public tables were no longer found in it (a key over a joined
+    public table then lost its public domain and went through partition selection)."""
+    import sqlglot
+
+    from rewriter.relations import over_from
+
+    select = sqlglot.parse_one(
+        "SELECT s.region FROM visits AS v JOIN sites AS s ON v.site = s.site", read="duckdb"
+    )
+    probe = over_from(select, [exp.column("site", table="s")])
+    assert all(t.find_ancestor(exp.Select) is select for t in select.find_all(exp.Table))
+    assert probe.sql() == "SELECT s.site FROM visits AS v JOIN sites AS s ON v.site = s.site"
