@@ -174,7 +174,8 @@ def check_binding(query: exp.Query, catalog: Catalog, written: str) -> None:
     stand_ins = _stand_ins(query, catalog)
     if stand_ins is None:
         return
-    failure = _run(stand_ins.statement, stand_ins.rows, stand_ins.kept)
+    passed = catalog.memo.setdefault(PASSED, OrderedDict())
+    failure = _scratch.run(stand_ins.statement, stand_ins.rows, stand_ins.kept, passed)
     if failure is None:
         return
     message = _first_line(failure)
@@ -262,23 +263,34 @@ class _Scratch:
     """The scratch database, its stand-ins kept between checks, and the watchdog that
     interrupts a run past ``TIME_LIMIT``. One check at a time (``lock``).
 
-    It also remembers the runs that passed: a run's outcome is a function of its
-    statement and its stand-ins' schemas alone (no data is there), and the statement
-    names each kept stand-in by a digest of its schema, so a query asked again (with
-    another ε, say) passes without running again. Failures are not remembered."""
+    A run's outcome is a function of its statement and its stand-ins' schemas alone (no
+    data is there), and the statement names each kept stand-in by a digest of its schema,
+    so the runs that passed are remembered in ``passed`` and a query asked again (with
+    another ε, say) passes without running again. Failures are not remembered. ``passed``
+    is the session's own (its catalogue's memo): a server's analysts share the scratch,
+    and a shared memory would tell one of them, by the time a check takes, that another
+    has asked a query of the same shape."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._kept: set[str] = set()
         self._deadline = _Deadline()
-        self._passed: OrderedDict[tuple[str, tuple[str, ...]], None] = OrderedDict()
 
-    def run(self, statement: str, rows: list[str], kept: dict[str, str]) -> duckdb.Error | None:
+    def run(
+        self,
+        statement: str,
+        rows: list[str],
+        kept: dict[str, str],
+        passed: OrderedDict[tuple[str, tuple[str, ...]], None],
+    ) -> duckdb.Error | None:
+        """DuckDB's error running ``statement`` over the stand-ins (``kept`` made once and
+        kept, ``rows`` made for this run), or None: no error, a schema the scratch database
+        cannot create, or a run past ``TIME_LIMIT``."""
         run = (statement, tuple(rows))
         with self.lock:
-            if run in self._passed:
-                self._passed.move_to_end(run)
+            if run in passed:
+                passed.move_to_end(run)
                 return None
             scratch = self._connected(kept)
             if scratch is None:
@@ -297,9 +309,9 @@ class _Scratch:
                     return None
                 except duckdb.Error as error:
                     return error
-                self._passed[run] = None
-                if len(self._passed) > MAX_PASSED:
-                    self._passed.popitem(last=False)
+                passed[run] = None
+                if len(passed) > MAX_PASSED:
+                    passed.popitem(last=False)
                 return None
             finally:
                 try:
@@ -380,17 +392,10 @@ class _Deadline:
 MAX_KEPT = 256
 """Stand-ins the scratch keeps; past it the scratch starts again empty."""
 MAX_PASSED = 1024
-"""Runs that passed the scratch remembers, the least recently asked forgotten first."""
+"""Runs that passed a session remembers, the least recently asked forgotten first."""
+PASSED = "type checks passed"
+"""The key of a session's passed runs in its catalogue's memo."""
 _scratch = _Scratch()
-
-
-def _run(
-    statement: str, rows: list[str], kept: dict[str, str] | None = None
-) -> duckdb.Error | None:
-    """DuckDB's error running ``statement`` over the stand-ins (``kept`` made once and
-    kept, ``rows`` made for this run), or None: no error, a schema the scratch database
-    cannot create, or a run past ``TIME_LIMIT``."""
-    return _scratch.run(statement, rows, kept or {})
 
 
 def _first_line(error: duckdb.Error) -> str:

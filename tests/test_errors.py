@@ -11,6 +11,7 @@ secret) and no message may contain any of them.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import duckdb
 import pytest
@@ -264,5 +265,28 @@ def test_a_slow_check_is_given_up_not_waited_for(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(rewriter.binding, "TIME_LIMIT", 0.2)
     start = time.monotonic()
     slow = "SELECT count(*) FROM range(10000000000) AS r(i) WHERE hash(i) % 7 = 1"
-    assert rewriter.binding._run(slow, []) is None
+    assert rewriter.binding._scratch.run(slow, [], {}, OrderedDict()) is None
     assert time.monotonic() - start < 3
+
+
+def test_a_type_check_is_remembered_by_the_session_that_ran_it_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A query asked again in one session skips its type check; the same query from
+    another session (another analyst of a server) runs it anew, so the time a check takes
+    never tells one analyst what another has asked."""
+    runs = []
+    scratch = rewriter.binding._scratch
+    connected = scratch._connected
+    monkeypatch.setattr(scratch, "_connected", lambda kept: runs.append(1) or connected(kept))
+    con = duckdb.connect()
+    con.execute(SETUP)
+    sql = f"SELECT COUNT(*) FROM visits WHERE amount > 7000 {UNIT} EPSILON 0.01"
+    with privsql.connect(con, budget=1.0) as one:
+        one.protect("visits", privacy_unit="user_id")
+        one.sql(sql)
+        one.sql(sql.replace("0.01", "0.02"))
+        assert len(runs) == 1
+        with privsql.connect(con, budget=1.0) as other:
+            other.sql(sql)
+    assert len(runs) == 2
