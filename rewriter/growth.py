@@ -1,4 +1,4 @@
-"""Bounded work per row: no expression may build values much larger than the row it reads.
+"""Bounded work per row: no query may build values much larger than the row it reads.
 
 TRY turns a failing expression into NULL, but it cannot stop an expression that succeeds
 slowly or runs out of memory. String functions that multiply sizes (``replace`` with a
@@ -10,25 +10,53 @@ static bound on the size of its value, ``factor · R + constant``, where ``R`` i
 the row read from the source, and a query whose bound exceeds ``MAX_FACTOR`` or
 ``MAX_CONSTANT`` anywhere — in any scope, through any chain of derived tables — is refused
 before anything runs. The bound is decided from the query text alone.
+
+One value's bound is not enough: a query with a hundred items, each under the bound, built
+64 MB per row and failed for want of memory only when one unit's rows met a condition. So
+the values a row's evaluation creates are also *summed* over the whole query (each node
+once, as DuckDB evaluates it once per row) and held to ``MAX_TOTAL_FACTOR`` and
+``MAX_CONSTANT``. Size is not the only cost: a regular expression's run time is its text's
+length times its compiled program's, and a counted repetition (``(?:[0-9a-f]){1000}``)
+makes a short pattern a large program — a condition that sends one unit's rows through it
+made a query seconds slower. Patterns over private data are constants; the work they may
+cost, ``size(text) · program(pattern)``, is summed over the query and held to
+``MAX_WORK_FACTOR`` and ``MAX_WORK``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from rewriter.errors import UnsupportedQuery
+from rewriter.expressions import Clamped
 
 MAX_FACTOR = 8
 """The largest multiple of a row's own size that one value may reach. DuckDB's strings stop
 at 4 GB with an error no TRY catches, so a stored value of more than 4 GB / MAX_FACTOR
 could still reach it: docs/privacy.md §8 names this limit."""
 
-MAX_CONSTANT = 1_000_000
-"""The largest size, in characters, a value may reach beyond that multiple."""
+MAX_CONSTANT = 100_000
+"""The largest size, in characters, one value — or all the values one row creates together —
+may reach beyond their multiple of the row's size. DuckDB works on vectors of 2 048 rows,
+so a vector of one unit's rows holds at most about 200 MB of created values per thread."""
+
+MAX_TOTAL_FACTOR = 64
+"""The largest multiple of a row's own size all the values one row creates may reach."""
+
+MAX_WORK = 2_000_000
+"""The largest regular-expression work per row, in characters times program steps, beyond
+its multiple of the row's size (about 3 ms of RE2 time on this machine's kind)."""
+
+MAX_WORK_FACTOR = 10_000
+"""The largest multiple of a row's own size its regular-expression work may reach."""
+
+MAX_PROGRAM = 10_000
+"""The largest program (``program``) one pattern over private data may compile to."""
 
 SCALAR = 64
 """A generous size for a value that is not text (a number, a date, a boolean)."""
@@ -50,9 +78,29 @@ class Size:
 
 NOTHING = Size(0, 0)
 
+PATTERNS: tuple[type[exp.Expr], ...] = (
+    exp.RegexpLike, exp.RegexpFullMatch, exp.RegexpExtract, exp.RegexpReplace, exp.SimilarTo,
+)  # fmt: skip
+"""Nodes whose ``expression`` is a regular expression run over their ``this``."""
+
+CREATES_NOTHING: tuple[type[exp.Expr], ...] = (
+    exp.Column, exp.Literal, exp.Identifier, exp.Var, exp.DataType, exp.Boolean, exp.Null,
+    exp.Alias, exp.Paren, exp.Distinct, exp.Ordered, exp.Case, exp.If, exp.Coalesce,
+)  # fmt: skip
+"""Nodes that name a value or a type, or pass on one their children made, rather than
+build one per row."""
+
+SCALAR_RESULTS: tuple[type[exp.Expr], ...] = (
+    exp.Predicate, exp.Connector, exp.Not, exp.AggFunc, exp.Length, exp.StrPosition,
+    exp.Contains, exp.StartsWith, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod,
+    exp.Neg, Clamped,
+)  # fmt: skip
+"""Nodes that build a number or a boolean (``SCALAR``), however large what they read."""
+
 
 def refuse_growth(query: exp.Query) -> None:
-    """Refuse a query in which some value may grow beyond the limits (module docstring)."""
+    """Refuse a query in which some value, or all a row creates, or its regular-expression
+    work, may grow beyond the limits (module docstring)."""
     root = build_scope(query)
     if root is None:
         return
@@ -60,6 +108,19 @@ def refuse_growth(query: exp.Query) -> None:
     for scope in root.traverse():
         for part in _parts(scope.expression):
             sizes.of(part, scope)
+    created = sum(sizes.created.values(), NOTHING)
+    work = sum(sizes.work.values(), NOTHING)
+    if created.factor > MAX_TOTAL_FACTOR or created.constant > MAX_CONSTANT:
+        raise UnsupportedQuery(
+            "the query could build far more per row than the rows it reads; privsql bounds "
+            f"what one row may create to {MAX_TOTAL_FACTOR} times its size plus "
+            f"{MAX_CONSTANT:,} characters"
+        )
+    if work.factor > MAX_WORK_FACTOR or work.constant > MAX_WORK:
+        raise UnsupportedQuery(
+            "the query's regular expressions could cost far more per row than the rows they "
+            "read; use shorter texts or patterns with fewer counted repetitions"
+        )
 
 
 def _parts(query: exp.Expr) -> list[exp.Expr]:
@@ -80,9 +141,17 @@ class _Sizes:
     def __init__(self, scopes: dict[int, Scope]) -> None:
         self._scopes = scopes
         self._columns: dict[tuple[int, str], Size] = {}
+        self.created: dict[int, Size] = {}
+        """The size of each value a row's evaluation creates, by node."""
+        self.work: dict[int, Size] = {}
+        """The regular-expression work of each pattern match, by node."""
 
     def of(self, node: exp.Expr, scope: Scope) -> Size:
         size = self._size(node, scope)
+        if isinstance(node, SCALAR_RESULTS):
+            self.created[id(node)] = Size(0, SCALAR)
+        elif not isinstance(node, CREATES_NOTHING):
+            self.created[id(node)] = size
         if size.factor > MAX_FACTOR or size.constant > MAX_CONSTANT:
             raise UnsupportedQuery(
                 f"{node.sql(dialect='duckdb')[:80]} could build values far larger than the "
@@ -100,8 +169,12 @@ class _Sizes:
         children = [c for c in node.iter_expressions() if not isinstance(c, exp.Query)]
         sizes = [self.of(child, scope) for child in children]
         total = sum(sizes, NOTHING)
+        if isinstance(node, PATTERNS):
+            self.work[id(node)] = sizes[0].times(_program(node.expression))
         if isinstance(node, exp.Pad):
             return Size(0, _constant_length(node))
+        if isinstance(node, exp.TimeToStr):
+            return _formatted(node)
         if isinstance(node, exp.Replace):
             return _replaced(node, sizes)
         if isinstance(node, exp.RegexpReplace):
@@ -150,6 +223,42 @@ def _constant_length(node: exp.Pad) -> int:
     if isinstance(length, exp.Literal) and not length.is_string:
         return int(float(length.name))
     return MAX_CONSTANT + 1
+
+
+def _program(pattern: exp.Expr) -> int:
+    """A bound on the program RE2 compiles a constant pattern to: its length, times each
+    counted repetition's largest count (``x{3,50}`` repeats ``x`` up to 50 times; nested
+    counts multiply, and this bound multiplies every count, so it covers them)."""
+    text = _text(pattern)
+    if text is None:
+        raise UnsupportedQuery("a regular expression over private data must be a constant")
+    program = max(len(text), 1)
+    for low, high in _COUNTED.findall(text):
+        program *= max(int(high or low), 1)
+        if program > MAX_PROGRAM:
+            raise UnsupportedQuery(
+                "a regular expression over private data may compile to at most "
+                f"{MAX_PROGRAM:,} steps; this one repeats too much"
+            )
+    return program
+
+
+_COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+"""A counted repetition ``{n}``, ``{n,}`` or ``{n,m}`` (``{n,}`` counted as ``n``: RE2
+compiles it as ``n`` copies and a star)."""
+
+
+def _formatted(node: exp.TimeToStr) -> Size:
+    """``strftime(t, format)``: each format character may become up to FORMAT_GROWTH
+    characters (``%c`` is 19 for its 2)."""
+    fmt = _text(node.args.get("format"))
+    if fmt is None:
+        raise UnsupportedQuery("strftime over private data needs a constant format")
+    return Size(0, FORMAT_GROWTH * len(fmt) + SCALAR)
+
+
+FORMAT_GROWTH = 16
+"""How many characters one character of a strftime format may print, at most."""
 
 
 def _text(node: exp.Expr | None) -> str | None:

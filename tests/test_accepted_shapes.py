@@ -309,25 +309,11 @@ SHAPES = [
         id="where-failing-cast",
     ),
     pytest.param(
-        "SELECT COUNT(*) AS n FROM visits WHERE NOT regexp_matches('zzz', note) "
-        f"PRIVACY_UNIT user_id {R}",
-        None,
-        [(5,)],  # 'bad(' is no regular expression: NULL, that row is dropped
-        id="where-invalid-regex-from-data",
-    ),
-    pytest.param(
         "SELECT COUNT(*) AS n FROM (SELECT user_id FROM visits "
         f"WHERE CAST(note AS INTEGER) = 12) AS s PRIVACY_UNIT user_id {R}",
         None,
         [(1,)],  # the WHERE inside the derived table is guarded too
         id="subquery-failing-cast",
-    ),
-    pytest.param(
-        "SELECT COUNT(*) AS n FROM (SELECT v.user_id FROM visits AS v JOIN sites AS s "
-        f"ON regexp_matches(s.site, v.note)) AS t PRIVACY_UNIT user_id {R}",
-        None,
-        [(0,)],  # no note matches a site; 'bad(' fails to compile: NULL, not an error
-        id="subquery-join-invalid-regex",
     ),
     # -- post-processing of noisy outputs ------------------------------------------------------
     pytest.param(

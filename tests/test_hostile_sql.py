@@ -250,6 +250,61 @@ def test_growth_is_followed_through_derived_tables(db: privsql.Session) -> None:
     assert refused(db, union).rule == "unsupported"
 
 
+def test_what_one_row_creates_is_bounded_over_the_whole_query(db: privsql.Session) -> None:
+    """A hundred items, each under one value's bound, built 64 MB per row when one unit's
+    rows met a condition: out of memory, uncharged, only with that unit (red team 6)."""
+    padded = (
+        "CASE WHEN user_id = 999 AND note >= 'M' THEN "
+        "replace(lpad(note, 10000, 'x'), 'x', 'xxxx') END"
+    )
+    def query(items: int) -> str:
+        made = ", ".join(f"{padded} AS b{i}" for i in range(items))
+        sums = ", ".join(f"SUM(length(b{i}) CLAMPED BETWEEN 0 AND 1) AS a{i}" for i in range(items))
+        return f"SELECT {sums} FROM (SELECT user_id, {made} FROM ratings) AS s PRIVACY_UNIT user_id"
+
+    assert refused(db, query(20) + " BOUND ROWS 5").rule == "unsupported"
+    assert db.sql(query(1) + " BOUND ROWS 5 EPSILON 1").fetchall()
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "regexp_matches(lpad(note, 10000, 'x'), '(?:[0-7]?[0-9a-f]){1000}x')",
+        "regexp_matches(note, '(?:(?:a{50}){50}){50}')",
+        "regexp_full_match(lpad(note, 10000, 'x'), '(?:[0-9a-f]?){400}')",
+        "regexp_extract(lpad(note, 10000, 'x'), '([0-9a-f]{300})', 1) = ''",
+        "lpad(note, 10000, 'x') SIMILAR TO '(a|b){900}'",
+        "regexp_matches('zzz', note)",
+        "regexp_matches(note, CASE WHEN user_id = 999 THEN '(x){1000}' ELSE 'x' END)",
+        "note SIMILAR TO note",
+        f"strftime(DATE '2020-01-01' + rating, '{'%c' * 4000}') <> ''",
+        "strftime(DATE '2020-01-01' + rating, note) <> ''",
+    ],
+)
+def test_patterns_whose_work_or_size_is_not_bounded_are_refused(
+    db: privsql.Session, condition: str
+) -> None:
+    """A regular expression's cost is its text times its program: a counted repetition
+    makes a short pattern a large program, and a pattern built from data has no bound at
+    all; a strftime format prints up to 19 characters for 2 (red team 6)."""
+    sql = f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 5"
+    assert refused(db, sql).rule == "unsupported"
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "regexp_matches(note, '^[A-Z]{3}-[0-9]{4}$')",
+        "regexp_extract(note, '([a-z]+)', 1) = 'ok'",
+        "NOT note SIMILAR TO '(o|k){2}'",
+        "strftime(DATE '2020-01-01' + rating, '%Y-%m-%d %c') <> ''",
+    ],
+)
+def test_patterns_of_bounded_work_are_accepted(db: privsql.Session, condition: str) -> None:
+    sql = f"SELECT COUNT(*) FROM ratings WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 5"
+    assert db.sql(sql + " EPSILON 1").fetchall()
+
+
 @pytest.mark.parametrize(
     "condition",
     [
