@@ -303,9 +303,8 @@ def test_partition_selection(keys, weaken, full):
 def cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     """D for the rank rule: largest cells of 17 rows (100 units), 20 rows (1) and 30 rows
     (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score
-    1 + 2γ/ε_s ≥ 2 apart (one for the rank, one prior step: γ = PRIOR_CEILING = 3/2 at
-    this ε·n, ε_s the selection's 9/10 of ε_auto ≈ 2) and every other candidate far
-    below; a unit of 10⁴
+    1 + 2γ/ε_s ≥ 2 apart (one for the rank, one prior step: γ = 1 at this ε·n, ε_s the
+    selection's 9/10 of ε_auto ≈ 2) and every other candidate far below; a unit of 10⁴
     rows raises both counts by one and moves the gap by 2, so 26's chance, e^(−ε_s·gap/2)/2,
     grows by exactly e^ε_s: the worst case of permute-and-flip."""
     yield from database(

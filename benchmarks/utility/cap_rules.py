@@ -13,8 +13,9 @@ nothing is spent.
 
 Variants of the rank rule, each a knob the rule's docstring argues for:
 
-* ``privsql``: the shipped rule (15% of ε, a prior of at most 3/2 nats per grid step,
-  ``udfs.threshold.PRIOR_CEILING``, and one grid step above the selection);
+* ``privsql``: the shipped rule (15% of ε, a prior rising to 3/2 nats per grid step
+  where the data give ample evidence, ``udfs.threshold.PRIOR_CEILING``, and one grid step
+  above the selection);
 * ``before``: the rule before that ceiling (a prior of at most 1 nat per step);
 * ``no step``: the shipped rule without the step up (``margin=0``);
 * ``share 25%``: the search gets 25% of ε (``rewriter.plan.AUTO_SHARE``), the release less.
