@@ -91,7 +91,7 @@ def rank_threshold(
     their first term is −r/m, nearly the best, and a cap c costs noise ∝ c, which grows
     1.5× per step; with γ > ln 1.5 their expected cost stays bounded. An early rule fixed
     γ = 1, which at small ε·n outweighed the data and chose the smallest candidate (one
-    row per unit). Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, PRIOR_CEILING]:
+    row per unit). Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1]:
     the prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r/m)/2, the evidence
     the data give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too
     small for any rule to find the cap; then the prior only keeps the expected noise
@@ -101,8 +101,8 @@ def rank_threshold(
     expected (1 − e^−γ)/(1 − 1.5·e^−γ) times the top's cap, 1.41 at γ = 1 and 1.17 at
     3/2. With the ceiling, 22 of 48 cells are within 2× of the hindsight-best cap's
     expected error instead of 6 (flights, ratings, visits; COUNT and SUM; ε 0.05–10), 14
-    of 20 for flights and ratings at ε ≥ 0.5 instead of 6, and no cell is more than 10%
-    worse (``benchmarks/utility/cap_rules.py``). The slow rise keeps γ at 1 where the
+    of 20 for flights and ratings at ε ≥ 0.5 instead of 6, and no cell is worse
+    (``benchmarks/utility/cap_rules.py``). The slow rise keeps γ at 1 where the
     search barely sees the heavy units (ratings at ε ≤ 1, 943 users: 24 above 438
     ratings, 11 above 657): at ε = 1 a γ of 3/2 there cut more than 1% of the rows in 24%
     of the runs instead of 13%.
