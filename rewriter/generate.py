@@ -7,7 +7,8 @@ released values only. Its stages, as CTEs:
 
 ``source``   one line per private row: unit, keys, gridded values (NULL units dropped)
 ``cells``    per (unit, group): row count and sums                 — one pass, no sort
-``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key)
+``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key) (when no unit
+             can touch more than ``m`` groups, the cells stage itself, under this name)
 ``bounded``  the strategy's bounding of each kept cell (``strategies``; for ROWS: at most
              ``k`` rows per (unit, group): cells with ≤ k rows pass whole; only cells
              with > k rows re-read their rows and keep the k with the smallest keyed
@@ -16,7 +17,9 @@ released values only. Its stages, as CTEs:
 ``groups``   per group: distinct units, rows, sums, and kept cells over the row cap
 ``cuts``     per group: how many cells bounding cut — kept cells over the row cap,
              and each unit's cells dropped by the group cap (all of them under listed
-             keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order)
+             keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order);
+             when only the row cap cuts (no group cap can drop a cell), ``groups``
+             alone counts them and the release reads them there (no such stage)
 ``released`` noise added and keys selected, materialised so each noisy value is
              drawn once however often the post-processing reads it
 
