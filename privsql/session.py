@@ -159,7 +159,7 @@ class Session:
         self._con = connection
         self._progress_after = _progress_after(progress)
         self._busy = threading.RLock()  # one statement at a time on this session's connection
-        self._engine = engine or DuckDBEngine(connection)
+        self._engine = engine or DuckDBEngine(connection, owned=owns_connection)
         self._owns_connection = owns_connection
         self._ledger_connection = ledger
         self._ledger = Ledger(

@@ -129,7 +129,7 @@ def test_a_failure_in_the_private_part_quotes_no_private_value(monkeypatch):
     """With the TRY guard broken on purpose (DuckDB's optimiser allowed to move a cast out
     of TRY), the planted row makes DuckDB fail with a message quoting the value: privsql
     reports the failure without the message, and keeps no exception that holds it."""
-    monkeypatch.setattr(engines._try_kept_whole, "around", lambda connection: nullcontext())
+    monkeypatch.setattr(engines._try_kept_whole, "around", lambda connection, **_: nullcontext())
     sql = (
         "SELECT SUM(CAST(s AS INT) + CAST(s AS INT) CLAMPED BETWEEN 0 AND 100) AS x "
         "FROM t PRIVACY_UNIT u BOUND ROWS 5"

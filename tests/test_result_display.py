@@ -235,6 +235,31 @@ def test_the_optimiser_stays_off_while_another_sessions_statement_runs(flights_c
     assert _settings(flights_con)["disabled_optimizers"] == ""
 
 
+def test_a_database_privsql_opened_keeps_the_optimiser_off_and_turns_it_off_again(monkeypatch):
+    """privsql's own database is not given its setting back between queries (one statement
+    per query instead of three), and a setting changed in between is undone before the
+    next private statement runs."""
+    from privsql import engines
+
+    db = privsql.connect(budget=100, seed=7, insecure=True)
+    db._con.execute("CREATE TABLE t AS SELECT i AS u FROM range(50) r(i)")
+    query = "SELECT COUNT(*) AS n FROM t PRIVACY_UNIT u BOUND ROWS 1 EPSILON {}"
+    db.sql(query.format(0.1))
+    assert _settings(db._con)["disabled_optimizers"] == engines.OPTIMISER
+    db._con.execute("SET disabled_optimizers = 'top_n'")
+    during = []
+    release = engines.DuckDBEngine.release
+
+    def watched(self, stages, secret):
+        during.append(_settings(self._con)["disabled_optimizers"])
+        return release(self, stages, secret)
+
+    monkeypatch.setattr(engines.DuckDBEngine, "release", watched)
+    db.sql(query.format(0.2))
+    assert during == [f"{engines.OPTIMISER},top_n"]
+    db.close()
+
+
 class Terminal(io.StringIO):
     """Standard error as a terminal (where the text bar is drawn)."""
 
