@@ -58,6 +58,8 @@ class _Counting:
 
     def fan_out(self, query: exp.Query) -> int:
         """The most rows ``query`` makes of one private row (a union: its largest branch)."""
+        if isinstance(query, exp.Subquery):  # a parenthesised operand of a set operation
+            return self.fan_out(query.this)
         if isinstance(query, exp.SetOperation):
             return max(self.fan_out(query.this), self.fan_out(query.expression))
         if not isinstance(query, exp.Select):

@@ -1,0 +1,245 @@
+"""Set operations over private rows (rewriter/ir.py ``Combined``, rewriter/relations.py):
+which are represented, which are refused, and that a unit's rows stay its own through them
+(docs/privacy.md §2.1b)."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from exact_release import install
+from neighbours import SECRET, measurements, with_rows
+from sqlglot import exp
+
+import privsql
+from privsql import PrivacyError
+from rewriter.analyze import Analysis, analyze
+from rewriter.ir import Combined, Named, Privacy, Project, private_rows
+from rewriter.plan import plan
+
+PLANTED = "zq_planted_set_7731"
+HEAVY = 2000
+
+
+@pytest.fixture
+def con() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE visits AS SELECT i % 30 AS user_id, i AS row_id, i % 7 AS site, "
+        "'ok' AS note FROM range(600) r(i)"
+    )
+    con.execute(
+        f"INSERT INTO visits SELECT 777, 100000 + i, i % 7, '{PLANTED}' FROM range({HEAVY}) r(i)"
+    )
+    con.execute(
+        "CREATE TABLE orders AS SELECT i % 40 AS uid, i AS total, i % 5 AS site "
+        "FROM range(200) r(i)"
+    )
+    con.execute(
+        "CREATE TABLE sites AS SELECT i AS site, 'r' || (i % 2) AS region FROM range(7) r(i)"
+    )
+    con.execute("CREATE TABLE loose AS SELECT i % 9 AS a, i % 4 AS b FROM range(90) r(i)")
+    install(con)
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def db(con: duckdb.DuckDBPyConnection) -> privsql.Session:
+    session = privsql.connect(con, budget=1e6, seed=5, insecure=True)
+    session.protect("visits", privacy_unit="user_id")
+    session.protect("orders", privacy_unit="uid")
+    session.public("sites")
+    yield session
+    session.close()
+
+
+def _analysis(db: privsql.Session, sql: str) -> Analysis:
+    analysis = analyze(sql, db._catalog())
+    assert isinstance(analysis, Analysis)
+    return analysis
+
+
+VISITS = "SELECT user_id, site FROM visits"
+ORDERS = "SELECT uid, site FROM orders"
+ACCEPTED = {
+    "UNION ALL": f"{VISITS} UNION ALL {ORDERS}",
+    "UNION": f"{VISITS} UNION {ORDERS}",
+    "INTERSECT": f"{VISITS} INTERSECT {ORDERS}",
+    "INTERSECT ALL": f"{VISITS} INTERSECT ALL {VISITS} WHERE site > 2",
+    "EXCEPT": f"{VISITS} EXCEPT {ORDERS}",
+    "EXCEPT ALL": f"{VISITS} EXCEPT ALL {ORDERS}",
+    "nested": f"{VISITS} UNION ALL ({ORDERS} EXCEPT {VISITS} WHERE site = 1)",
+    "per unit": (
+        "SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id "
+        "UNION ALL SELECT uid, COUNT(*) FROM orders GROUP BY uid"
+    ),
+    "joined branch": (
+        "SELECT v.user_id, s.site FROM visits AS v JOIN sites AS s ON v.site = s.site "
+        f"UNION ALL {ORDERS}"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_a_set_operation_of_private_relations_releases_its_rows(
+    db: privsql.Session, con: duckdb.DuckDBPyConnection, name: str
+) -> None:
+    """Every kind of set operation whose branches pass the unit: the exact count released
+    (noise off, bound high enough to keep every row) is DuckDB's own count of its rows."""
+    body = ACCEPTED[name]
+    sql = f"SELECT COUNT(*) AS n FROM ({body}) AS u PRIVACY_UNIT user_id BOUND ROWS 100000"
+    analysis = _analysis(db, sql)
+    assert isinstance(analysis.rows, Named) and isinstance(analysis.rows.body, Combined)
+    exact = measurements(con, plan(analysis, epsilon=1.0, delta=1e-6))
+    expected = con.execute(f"SELECT count(*) FROM ({body}) WHERE user_id IS NOT NULL")
+    assert list(exact.values()) == [[expected.fetchone()[0]]]
+    db.sql(f"{sql} EPSILON 0.5")
+
+
+def test_the_node_states_its_operation_and_keeps_the_unit_by_identity(db: privsql.Session) -> None:
+    analysis = _analysis(
+        db,
+        "WITH c AS (SELECT user_id AS who, site FROM visits UNION SELECT uid, site FROM orders) "
+        "SELECT COUNT(*) FROM c PRIVACY_UNIT who",
+    )
+    named = analysis.rows
+    assert isinstance(named, Named) and isinstance(named.body, Combined)
+    assert (named.body.operation, named.body.distinct) == ("UNION", True)
+    assert named.privacy is Privacy.UNIT_PRESERVING
+    assert all(isinstance(b, Project) for b in named.body.branches())
+    assert named.columns == ("who", "site")
+    plain = _analysis(db, "SELECT COUNT(*) FROM visits PRIVACY_UNIT user_id").rows
+    assert named.unit == plain.unit
+
+
+REFUSED = [
+    # another column of a declared source in the unit's place: the unit swap of issue 11
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT row_id, site FROM visits) AS u "
+    "PRIVACY_UNIT user_id",
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT site, uid FROM orders) AS u "
+    "PRIVACY_UNIT user_id",
+    # the first branch names the unit, the second puts it elsewhere
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT site, user_id FROM visits) AS u "
+    "PRIVACY_UNIT user_id",
+    # a constant or a computed value in the unit's place belongs to no unit
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT 3, site FROM orders) AS u "
+    "PRIVACY_UNIT user_id",
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT uid + 1, site FROM orders) AS u "
+    "PRIVACY_UNIT user_id",
+    # a public branch
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT site, site FROM sites) AS u "
+    "PRIVACY_UNIT user_id",
+    # BY NAME pairs columns by name, not position
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL BY NAME SELECT uid AS user_id, site "
+    "FROM orders) AS u PRIVACY_UNIT user_id",
+    # rows kept by an order over every unit's rows
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL {ORDERS} ORDER BY 2 LIMIT 5) AS u "
+    "PRIVACY_UNIT user_id",
+    # column types that differ would be cast, which can fail or merge units
+    f"SELECT COUNT(*) FROM ({VISITS} UNION ALL SELECT uid, note FROM orders, visits "
+    "WHERE uid = user_id) AS u PRIVACY_UNIT user_id",
+    "SELECT COUNT(*) FROM (SELECT user_id, site FROM visits UNION ALL "
+    "SELECT uid::VARCHAR, site FROM orders) AS u PRIVACY_UNIT user_id",
+    # two columns of the first branch named as the unit
+    "SELECT COUNT(*) FROM (SELECT user_id, row_id AS user_id FROM visits UNION ALL "
+    "SELECT uid, uid FROM orders) AS u PRIVACY_UNIT user_id",
+    # a set operation as the whole private query
+    f"SELECT COUNT(*) AS n FROM visits PRIVACY_UNIT user_id UNION ALL {VISITS}",
+]
+
+
+@pytest.mark.parametrize("sql", REFUSED)
+def test_a_branch_that_does_not_pass_the_unit_is_refused(db: privsql.Session, sql: str) -> None:
+    spent = db.budget.spent
+    with pytest.raises(PrivacyError) as caught:
+        db.sql(f"{sql} EPSILON 0.5" if sql.endswith("user_id") else sql)
+    assert db.budget.spent == spent
+    assert PLANTED not in str(caught.value)
+
+
+def test_a_source_read_under_two_units_across_branches_is_refused(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """With no owner declaration the analyst picks the unit, but one source has one: a
+    branch reading ``loose`` by ``b`` where the other reads it by ``a`` is refused."""
+    db = privsql.connect(con, budget=10, seed=5, insecure=True)
+    sql = (
+        "SELECT COUNT(*) FROM (SELECT a, b FROM loose UNION ALL SELECT b, a FROM loose) AS u "
+        "PRIVACY_UNIT a EPSILON 0.5"
+    )
+    with pytest.raises(PrivacyError, match="two different unit columns"):
+        db.sql(sql)
+    assert db.budget.spent == 0
+    db.sql(
+        "SELECT COUNT(*) FROM (SELECT a, b FROM loose UNION ALL SELECT a, b FROM loose "
+        "WHERE b > 1) AS u PRIVACY_UNIT a EPSILON 0.5"
+    )
+
+
+def test_a_parenthesised_operand_still_has_its_fan_out_counted(db: privsql.Session) -> None:
+    """A public table function joined inside a nested operand repeats each private row
+    1,000 times: counted there as anywhere else, and refused."""
+    sql = (
+        f"SELECT COUNT(*) FROM ({VISITS} UNION ALL (SELECT v.user_id, v.site FROM visits AS v, "
+        "range(1000) AS r UNION ALL {ORDERS})) AS u PRIVACY_UNIT user_id EPSILON 0.5"
+    ).replace("{ORDERS}", ORDERS)
+    with pytest.raises(PrivacyError, match="repeat each one"):
+        db.sql(sql)
+    assert db.budget.spent == 0
+
+
+def _per_unit(con: duckdb.DuckDBPyConnection, analysis: Analysis) -> dict[int, tuple]:
+    """The ``__source`` rows of a query per unit: how many, and a fingerprint of which."""
+    projection = [
+        exp.alias_(analysis.unit.copy(), "__unit"),
+        exp.alias_(exp.column("site", table="u"), "__c0"),
+    ]
+    rows = private_rows(analysis.rows, projection, analysis.unit, list(analysis.ctes))
+    statement = (
+        f"SELECT __unit, count(*), sum(hash(__c0) % 1000003) FROM "
+        f"({rows.sql(dialect='duckdb')}) GROUP BY __unit"
+    )
+    parameters = SECRET if "$privsql_secret" in statement else None
+    return {u: (n, f) for u, n, f in con.execute(statement, parameters).fetchall()}
+
+
+NEIGHBOUR = "INSERT INTO {table} SELECT 888, {columns} FROM range(3000) r(i)"
+PLANTS = {
+    "visits": "500000 + i, i % 7, 'x'",
+    "orders": "i, i % 5",
+}
+
+
+@pytest.mark.parametrize("name", ["UNION ALL", "UNION", "INTERSECT", "EXCEPT", "nested"])
+@pytest.mark.parametrize("table", sorted(PLANTS))
+def test_one_unit_added_changes_no_other_units_rows(
+    db: privsql.Session, con: duckdb.DuckDBPyConnection, name: str, table: str
+) -> None:
+    """Neighbouring databases: a unit planted in either branch's source changes the rows
+    of that unit only — a DISTINCT never merges, an INTERSECT never matches and an EXCEPT
+    never removes another unit's rows."""
+    analysis = _analysis(db, f"SELECT COUNT(*) FROM ({ACCEPTED[name]}) AS u PRIVACY_UNIT user_id")
+    before = _per_unit(con, analysis)
+    with with_rows(con, NEIGHBOUR.format(table=table, columns=PLANTS[table])):
+        after = _per_unit(con, analysis)
+    after.pop(888, None)
+    assert after == before
+
+
+def test_a_unit_in_every_branch_moves_a_count_by_at_most_its_bound(
+    db: privsql.Session, con: duckdb.DuckDBPyConnection
+) -> None:
+    """A unit's rows from every branch add up before bounding: one added unit with 6,000
+    rows across both branches, and the union joined with the source again, moves COUNT(*)
+    BOUND ROWS 5 by exactly 5."""
+    sql = (
+        f"SELECT COUNT(*) AS n FROM ({VISITS} UNION ALL {ORDERS}) AS u "
+        "JOIN visits AS v ON u.user_id = v.user_id PRIVACY_UNIT u.user_id BOUND ROWS 5"
+    )
+    query_plan = plan(_analysis(db, sql), epsilon=1.0, delta=1e-6)
+    before = measurements(con, query_plan)
+    both = "; ".join(NEIGHBOUR.format(table=t, columns=c) for t, c in PLANTS.items())
+    with with_rows(con, both):
+        after = measurements(con, query_plan)
+    (m,) = query_plan.measurements
+    assert abs(after[m.name][0] - before[m.name][0]) == query_plan.sensitivity(m) == 5
