@@ -153,6 +153,8 @@ class _Sizes:
 def _branches(query: exp.SetOperation) -> list[exp.Expr]:
     found = []
     for side in (query.left, query.right):
+        while isinstance(side, exp.Subquery):  # a parenthesised operand
+            side = side.this
         found += _branches(side) if isinstance(side, exp.SetOperation) else [side]
     return found
 

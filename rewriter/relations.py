@@ -287,8 +287,8 @@ class Relations:
             )
             if extra:
                 raise UnsupportedQuery(
-                    f"{extra[0].rstrip('_').upper()} on a set operation over private data is "
-                    "not supported"
+                    f"{extra[0].rstrip('_').upper().replace('_', ' ')} on a set operation "
+                    "over private data is not supported"
                 )
         first = set_operands(body)[0]
         names = [output.alias_or_name.lower() for output in first.expressions]

@@ -69,6 +69,7 @@ ACCEPTED = {
     "EXCEPT": f"{VISITS} EXCEPT {ORDERS}",
     "EXCEPT ALL": f"{VISITS} EXCEPT ALL {ORDERS}",
     "nested": f"{VISITS} UNION ALL ({ORDERS} EXCEPT {VISITS} WHERE site = 1)",
+    "nested first": f"({VISITS} EXCEPT {ORDERS}) UNION ALL {ORDERS}",
     "per unit": (
         "SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id "
         "UNION ALL SELECT uid, COUNT(*) FROM orders GROUP BY uid"
