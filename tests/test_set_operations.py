@@ -93,7 +93,7 @@ def test_a_set_operation_of_private_relations_releases_its_rows(
     assert isinstance(analysis.rows, Named) and isinstance(analysis.rows.body, Combined)
     exact = measurements(con, plan(analysis, epsilon=1.0, delta=1e-6))
     expected = con.execute(f"SELECT count(*) FROM ({body}) WHERE user_id IS NOT NULL")
-    assert list(exact.values()) == [[expected.fetchone()[0]]]
+    assert list(exact.values()) == [[expected.fetchall()[0][0]]]
     db.sql(f"{sql} EPSILON 0.5")
 
 
