@@ -4,11 +4,14 @@ which are represented, which are refused, and that a unit's rows stay its own th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import duckdb
 import pytest
 from exact_release import install
 from neighbours import SECRET, measurements, with_rows
 from sqlglot import exp
+from test_neighbour_fuzz import Query, compare, make_session
 
 import privsql
 from privsql import PrivacyError
@@ -244,3 +247,47 @@ def test_a_unit_in_every_branch_moves_a_count_by_at_most_its_bound(
         after = measurements(con, query_plan)
     (m,) = query_plan.measurements
     assert abs(after[m.name][0] - before[m.name][0]) == query_plan.sensitivity(m) == 5
+
+
+# -- planted extreme and malformed values (the neighbour fuzz test's D and D') ----------------
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[privsql.Session, ...]]:
+    """D and D' of the neighbour fuzz test (``test_neighbour_fuzz.make_session``)."""
+    root = tmp_path_factory.mktemp("set_operations")
+    sessions = (make_session(root / "D", False), make_session(root / "D_prime", True))
+    yield sessions
+    for session in sessions:
+        session.close()
+
+
+PLANTED_SHAPES = [
+    "SELECT SUM(CAST(s AS INT) CLAMPED BETWEEN 0 AND 10) AS c0 FROM (SELECT u, s FROM t "
+    "UNION SELECT u, s FROM t WHERE CAST(s AS INT) > 1) AS sub PRIVACY_UNIT u EPSILON 1e6",
+    "SELECT COUNT(*) AS c0 FROM (SELECT u, x FROM t EXCEPT SELECT u, y FROM t2 "
+    "WHERE y / 0 > 1) AS sub WHERE x / 0 < 1 PRIVACY_UNIT u EPSILON 1e6",
+    "SELECT k, COUNT(*) AS c0 FROM (SELECT u, k, l FROM t INTERSECT ALL SELECT u, k, l FROM t "
+    "WHERE len(l) > 1) AS sub GROUP BY k PRIVACY_UNIT u EPSILON 1e6",
+    "SELECT COUNT(*) AS c0 FROM (SELECT u, d, big FROM t UNION ALL SELECT u, d + 1, big * 2 "
+    "FROM t) AS sub WHERE big > 0 PRIVACY_UNIT u BOUND ROWS 5 EPSILON 1e6",
+    "SELECT AVG(n CLAMPED BETWEEN 0 AND 50) AS c0 FROM (SELECT u, SUM(x) AS n FROM t GROUP BY u "
+    "UNION ALL SELECT u, SUM(y) FROM t2 GROUP BY u) AS sub PRIVACY_UNIT u EPSILON 1e6",
+    "SELECT COUNT(*) AS c0 FROM (SELECT u, j FROM t UNION SELECT u, j FROM t "
+    "WHERE j LIKE '{%') AS sub JOIN t2 ON sub.u = t2.u PRIVACY_UNIT sub.u EPSILON 1e6",
+    # refused alike: the unit's position holds another column, or the types differ
+    "SELECT COUNT(*) AS c0 FROM (SELECT u, s FROM t UNION ALL SELECT k, s FROM t) AS sub "
+    "PRIVACY_UNIT u EPSILON 1e6",
+    "SELECT COUNT(*) AS c0 FROM (SELECT u, s FROM t UNION ALL SELECT u, x FROM t) AS sub "
+    "PRIVACY_UNIT u EPSILON 1e6",
+]
+
+
+@pytest.mark.parametrize("sql", PLANTED_SHAPES)
+def test_a_planted_unit_changes_nothing_observable_through_a_set_operation(
+    planted: tuple[privsql.Session, ...], sql: str
+) -> None:
+    """D and D' (one more unit of failing casts, extreme numbers and dates, NaN, broken
+    JSON, empty lists) give the same outcome, message, schema and, with public keys, the
+    same row count, and no planted value appears anywhere."""
+    compare(planted, Query(sql, {"k": [0, 1, 2, 3, 4, 5]} if "GROUP BY k" in sql else None, True))
