@@ -1,6 +1,6 @@
 """Set operations over private rows (rewriter/ir.py ``Combined``, rewriter/relations.py):
 which are represented, which are refused, and that a unit's rows stay its own through them
-(docs/privacy.md §2.1b)."""
+(docs/privacy.md §2.1)."""
 
 from __future__ import annotations
 
