@@ -10,9 +10,10 @@ of private relations with each other are capped per unit where they are generate
 Each SELECT over private rows multiplies, per row of its private items, at most the
 product of its public items' *fan-outs*: a public item joined on an equality between its
 columns and expressions of other items matches at most as many rows as its most frequent
-value of those columns (an equality with another public item's columns bounds nothing);
-any other public item, all its rows — SEMI and ANTI joins too, which emit one row at most
-but test their condition against every row. A private derived table or CTE brings its own
+value of those columns (values counted equal under the collation the join compares them
+in; an equality with another public item's columns bounds nothing); any other public item,
+all its rows — SEMI and ANTI joins too, which emit one row at most but test their
+condition against every row. A private derived table or CTE brings its own
 body's product. Both are computed by
 counting public rows (``Catalog.count_rows``), so whether a query is refused depends on
 the SQL and public data alone; above ``MAX_FAN_OUT`` it is refused.

@@ -2,7 +2,8 @@
 
 Private data may be read only as FROM items: base sources (tables, views, files) and
 derived tables or CTEs whose bodies are row-level or per-unit (grouped by the unit) SELECTs
-over private items. Each private item exposes one *unit column*, and the private items of
+over private items, or set operations of such SELECTs that each pass a unit at the unit's
+position. Each private item exposes one *unit column*, and the private items of
 one FROM are joined on it. Under these rules every row the outer FROM produces comes from
 rows of exactly one unit, so removing a unit removes exactly the rows derived from it
 (docs/privacy.md section 2.1).
