@@ -439,9 +439,9 @@ class _Builder:
         ``Relations``)."""
         if isinstance(body, exp.SetOperation):
             first = set_operands(body)[0]
-            passed = next(o for o in first.expressions if o.alias_or_name == column.name)
-            if isinstance(passed.unalias(), exp.Column):
-                return self.unit(passed.unalias(), first)
+            named = [o for o in first.expressions if o.alias_or_name.lower() == column.name.lower()]
+            if len(named) == 1 and isinstance(named[0].unalias(), exp.Column):
+                return self.unit(named[0].unalias(), first)
         origin = self.relations.origin(column, select)
         if origin is None or IDENTITY not in origin.source.meta:
             raise UnsupportedQuery(f"{column.sql()} does not pass a source's unit unchanged")
@@ -627,6 +627,8 @@ def _capped(read: exp.Expr, item: Source | Named, cap: int) -> exp.Query:
     kept = exp.Select(
         expressions=[c.copy() for c in row],
         from_=exp.From(this=ranked),
-        where=exp.Where(this=exp.LTE(this=exp.column(rank_name, table=label), expression=limit)),
+        where=exp.Where(
+            this=exp.LTE(this=exp.column(rank_name, table=label), expression=limit)
+        ),
     )
     return exp.union(units(exp.LTE), kept, distinct=False)
