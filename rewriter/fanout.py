@@ -10,9 +10,10 @@ of private relations with each other are capped per unit where they are generate
 Each SELECT over private rows multiplies, per row of its private items, at most the
 product of its public items' *fan-outs*: a public item joined on an equality between its
 columns and expressions of other items matches at most as many rows as its most frequent
-value of those columns (an equality with another public item's columns bounds nothing);
-any other public item, all its rows — SEMI and ANTI joins too, which emit one row at most
-but test their condition against every row. A private derived table or CTE brings its own
+value of those columns (values counted equal under the collation the join compares them
+in; an equality with another public item's columns bounds nothing); any other public item,
+all its rows — SEMI and ANTI joins too, which emit one row at most but test their
+condition against every row. A private derived table or CTE brings its own
 body's product. Both are computed by
 counting public rows (``Catalog.count_rows``), so whether a query is refused depends on
 the SQL and public data alone; above ``MAX_FAN_OUT`` it is refused.
@@ -58,6 +59,8 @@ class _Counting:
 
     def fan_out(self, query: exp.Query) -> int:
         """The most rows ``query`` makes of one private row (a union: its largest branch)."""
+        if isinstance(query, exp.Subquery):  # a parenthesised operand of a set operation
+            return self.fan_out(query.this)
         if isinstance(query, exp.SetOperation):
             return max(self.fan_out(query.this), self.fan_out(query.expression))
         if not isinstance(query, exp.Select):
@@ -79,19 +82,20 @@ class _Counting:
         of them (a table function's, counted only up to just past the limit)."""
         label = item.alias_or_name
         private = {i.alias_or_name for i in items(select) if self.relations.is_private(i)}
-        keys = sorted(
-            {
-                own.name
-                for own, other in _equalities(select, label, private)
-                if self._compared_as_is(select, own, other)
-            },
-            key=str.lower,
-        )
+        keys: dict[str, tuple[exp.Column, exp.Expr]] = {}
+        for own, other in _equalities(select, label, private):
+            if own.name.lower() not in keys and self._compared_as_is(select, own, other):
+                keys[own.name.lower()] = (own, other)
         body = self.relations.body(item)
         rows = body.copy() if body is not None else exp.select("*").from_(item.copy())
         if keys and not (isinstance(item, exp.Table) and isinstance(item.this, exp.Func)):
-            grouped = exp.select(exp.Count(this=exp.Star()).as_("n")).from_(rows.subquery("r"))
-            grouped = grouped.group_by(*(exp.column(k, table="r", quoted=True) for k in keys))
+            pairs = [keys[name] for name in sorted(keys)]
+            grouped = exp.select(exp.Count(this=exp.Star()).as_("n")).from_(
+                _as_compared(select, rows, pairs).subquery("r")
+            )
+            grouped = grouped.group_by(
+                *(exp.column(f"__k{i}", table="r", quoted=True) for i in range(len(pairs)))
+            )
             counted = exp.select(exp.func("coalesce", exp.Max(this=exp.column("n")), 0)).from_(
                 grouped.subquery("g")
             )
@@ -116,6 +120,30 @@ class _Counting:
         except PrivacyError:
             return False
         return len(kinds) == 2 and kinds[0] == kinds[1]
+
+
+def _as_compared(
+    select: exp.Select, rows: exp.Query, pairs: list[tuple[exp.Column, exp.Expr]]
+) -> exp.Query:
+    """A public item's key columns (``__k0``, ...) in the collation the join compares them
+    under, to be grouped: what one private value matches is then one group.
+
+    A VARCHAR equality takes the collation of either side — declared on a column, written
+    (``COLLATE NOCASE``), or an ICU locale's, under which 'a' equals 'a' followed by any
+    number of zero-width spaces — and one private value then meets every variant of it,
+    while grouping the public column alone keeps them apart. The private sides, over the
+    query's FROM under ``WHERE false`` (no row read: their types alone), are put first in a
+    UNION ALL with the public columns: the union combines collations as the comparison
+    does, so the public rows are grouped under the very collation that joins them (a
+    database's default collation applies to both alike)."""
+    compared = over_from(
+        select, [exp.alias_(other, f"__k{i}") for i, (_, other) in enumerate(pairs)]
+    )
+    compared.set("where", exp.Where(this=exp.false()))
+    public = exp.select(*(exp.column(own.name, table="r", quoted=True) for own, _ in pairs)).from_(
+        rows.subquery("r")
+    )
+    return exp.union(compared, public, distinct=False)
 
 
 def _equalities(

@@ -199,8 +199,14 @@ class _Sizes:
         largest over the branches of a set operation."""
         query = source.expression
         if isinstance(query, exp.SetOperation):
+            # branches pair columns by position, under the first branch's names
             branches = [self._scopes.get(id(s)) for s in _branches(query)]
-            sizes = [self._projection(b, name) for b in branches if b is not None]
+            found = [b for b in branches if b is not None]
+            first = found[0].expression if found else None
+            names = [i.alias_or_name for i in first.expressions] if first is not None else []
+            if name not in names:
+                raise UnsupportedQuery(f"column {name} of a derived table could not be sized")
+            sizes = [self._at(b, names.index(name)) for b in found]
             return max(sizes, key=lambda s: (s.factor, s.constant), default=Size(1, 0))
         if not isinstance(query, exp.Select):
             return Size(1, 0)
@@ -209,10 +215,19 @@ class _Sizes:
                 return self.of(item.unalias(), source)
         raise UnsupportedQuery(f"column {name} of a derived table could not be sized")
 
+    def _at(self, branch: Scope, position: int) -> Size:
+        """The size of a set operation branch's column at ``position``."""
+        query = branch.expression
+        if not isinstance(query, exp.Select) or position >= len(query.expressions):
+            raise UnsupportedQuery("a column of a set operation could not be sized")
+        return self.of(query.expressions[position].unalias(), branch)
+
 
 def _branches(query: exp.SetOperation) -> list[exp.Expr]:
     found = []
     for side in (query.left, query.right):
+        while isinstance(side, exp.Subquery):  # a parenthesised operand
+            side = side.this
         found += _branches(side) if isinstance(side, exp.SetOperation) else [side]
     return found
 

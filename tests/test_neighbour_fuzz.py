@@ -13,9 +13,10 @@ copy of ``t``.
 A hypothesis grammar builds ordinary and hostile privsql queries (DP aggregates over
 row-level expressions that can fail, failing WHERE conditions, public and private GROUP
 BY keys, CTEs — also named like the tables, nested in derived tables, with column lists
-— stars with EXCLUDE/REPLACE/RENAME, joins of every kind, file readers, variables,
-post-processing that fails, every BOUND option, MAX_GROUPS, wrong units). Each query runs
-on both sessions and the test asserts:
+— stars with EXCLUDE/REPLACE/RENAME, joins of every kind, set operations of every kind
+(also with another column in the unit's place, mixed types, ORDER BY/LIMIT, BY NAME),
+file readers, variables, post-processing that fails, every BOUND option, MAX_GROUPS, wrong
+units). Each query runs on both sessions and the test asserts:
 
 * the same outcome class (success, or the exception's type);
 * byte-identical error text (nothing is masked);
@@ -334,6 +335,22 @@ SOURCES = [
     "read_parquet(['t.parquet', 't.parquet'])",
     "parquet_scan('t.parquet')",
     "read_parquet('t.parquet', filename = true)",
+    "(SELECT u, k, x FROM t UNION ALL SELECT u, k, x FROM t WHERE CAST(s AS INT) > 1) AS sub",
+    "(SELECT u, x FROM t UNION ALL SELECT u, y FROM t2) AS sub",
+    "(SELECT u, x FROM t UNION SELECT u, y FROM t2) AS sub",
+    "(SELECT u, x FROM t EXCEPT SELECT u, y FROM t2) AS sub",
+    "(SELECT u, x FROM t INTERSECT ALL (SELECT u, y FROM t2 UNION ALL SELECT u, x FROM t)) AS sub",
+    "(SELECT u, k, s FROM t EXCEPT ALL SELECT u, k, s FROM t WHERE len(s) > 2) AS sub",
+    "(SELECT u, COUNT(*) AS k FROM t GROUP BY u UNION ALL SELECT u, COUNT(*) FROM t2 GROUP BY u) "
+    "AS sub",
+    "(SELECT k, u FROM t UNION ALL SELECT u, k FROM t) AS sub",
+    "(SELECT u, x FROM t UNION ALL SELECT k, x FROM t) AS sub",
+    "(SELECT u, x FROM t UNION ALL SELECT u, s FROM t) AS sub",
+    "(SELECT u, x FROM t UNION ALL SELECT u, x FROM t ORDER BY x LIMIT 5) AS sub",
+    "(SELECT u, x FROM t UNION ALL BY NAME SELECT u, y AS x FROM t2) AS sub",
+    "(SELECT u, k FROM t UNION ALL SELECT k, k FROM p) AS sub",
+    "(SELECT * FROM t UNION ALL SELECT * FROM read_parquet('t.parquet')) AS sub",
+    "(SELECT u, x FROM t UNION ALL SELECT u, x FROM t) AS a JOIN t2 ON a.u = t2.u",
 ]
 CTES = [
     "WITH t AS (SELECT * FROM t) ",
@@ -344,6 +361,8 @@ CTES = [
     "WITH a AS (SELECT * FROM t), t AS (SELECT * FROM a) ",
     "WITH t AS (WITH t AS (SELECT * FROM t) SELECT * FROM t) ",
     "WITH t AS (SELECT * REPLACE (CAST(s AS INT) AS k) FROM t) ",
+    "WITH t AS (SELECT * FROM t UNION ALL SELECT * FROM t WHERE x > 10) ",
+    "WITH t AS (SELECT * FROM t EXCEPT SELECT * FROM t WHERE CAST(s AS INT) > 3) ",
 ]
 KEYS = ["g", "k", "name", "CAST(s AS INT)", "len(s)", "d", "l[1]", "u"]
 PUBLIC_KEYS: dict[str, list] = {"g": ["a", "b", "c", "zz"], "k": [0, 1, 2, 3, 4, 5]}

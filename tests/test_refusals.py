@@ -854,9 +854,10 @@ CASES = [
         "subquery-sample",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT * FROM visits UNION ALL SELECT * FROM visits) AS s {U}",
+        f"SELECT COUNT(*) FROM (SELECT * FROM visits UNION ALL SELECT * FROM visits "
+        f"ORDER BY 1 LIMIT 5) AS s {U}",
         UnsupportedQuery,
-        "subquery-union-all",
+        "subquery-union-all-limit",
     ),
     case(
         f"WITH RECURSIVE r AS (SELECT user_id FROM visits UNION ALL SELECT user_id FROM r "
