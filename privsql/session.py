@@ -59,6 +59,7 @@ from rewriter.plan import (
     CANDIDATES,
     GROUP_COUNTS,
     MAGNITUDES,
+    ROW_WEIGHT_BITS,
     BoundsSearch,
     Plan,
     charged_delta,
@@ -530,10 +531,11 @@ class Session:
     def _bounds(
         self, search: BoundsSearch, summary: Sequence[int]
     ) -> tuple[dict[str, Bounds], frozenset[str]]:
-        """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
-        per-unit extremes, and the aggregates whose bounds were guessed; aggregates of the
-        same argument share one estimate, made with the ε parts they would have spent apart
-        (one unit moves each count by at most 1)."""
+        """Each aggregate's (low, high) by ``udfs.row_bounds`` on its argument's per-unit
+        extremes and weighted rows (the tight bounds for a sum or mean), and the aggregates
+        whose bounds were guessed; aggregates of the same argument share one estimate, made
+        with the ε parts they would have spent apart (one unit moves each count by at most
+        1, and the weights by at most 2**ROW_WEIGHT_BITS)."""
         width = len(MAGNITUDES)
         shares: dict[str, list[int]] = {}
         for i, aggregate in enumerate(search.aggregates):
@@ -541,14 +543,30 @@ class Session:
         found, guessed = {}, set()
         for positions in shares.values():
             i = positions[0]
-            above = [int(v) for v in summary[2 * i * width : (2 * i + 1) * width]]
-            below = [int(v) for v in summary[(2 * i + 1) * width : (2 * i + 2) * width]]
+            weights = 2 * len(search.aggregates)  # the counts of every argument come first
+            above, below, weight_above, weight_below = (
+                [int(v) for v in summary[block * width : (block + 1) * width]]
+                for block in (2 * i, 2 * i + 1, weights + 2 * i, weights + 2 * i + 1)
+            )
             epsilon = search.epsilon * len(positions) / len(search.aggregates)
-            bounds = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
+            bounds = udfs.row_bounds(
+                MAGNITUDES,
+                above,
+                below,
+                weight_above,
+                weight_below,
+                2**ROW_WEIGHT_BITS,
+                epsilon,
+                search.release_epsilon,
+                search.noise_factor,
+                self._rng,
+            )
             for j in positions:
-                key = to_sql(search.aggregates[j].node)
-                found[key] = (bounds.low, bounds.high)
-                if bounds.guessed:
+                aggregate = search.aggregates[j]
+                chosen = bounds.tight if search.tightened(aggregate) else bounds.extremes
+                key = to_sql(aggregate.node)
+                found[key] = (chosen.low, chosen.high)
+                if chosen.guessed:
                     guessed.add(key)
         return found, frozenset(guessed)
 

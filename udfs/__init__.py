@@ -27,6 +27,7 @@ from udfs.register import (
     register,
     unregister,
 )
+from udfs.row_bounds import RowBounds, row_bounds
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
     bulk_top,
@@ -43,6 +44,7 @@ __all__ = [
     "INTERVAL_ALPHA",
     "QUANTILE_FIELDS",
     "RandomSource",
+    "RowBounds",
     "SeededRandom",
     "SystemRandom",
     "UdfNameConflict",
@@ -65,6 +67,7 @@ __all__ = [
     "rank_error_bound",
     "rank_threshold",
     "register",
+    "row_bounds",
     "sample_discrete_laplace",
     "scale_of",
     "unregister",

@@ -1,0 +1,110 @@
+"""Missing SUM/AVG bounds from the rows' values, not only the units' extremes.
+
+``udfs.magnitude_bounds`` places each side of a missing bound at the top of the bulk of the
+units' *extremes*: honest (few units have a value beyond it) but wide, since one aircraft's
+longest delay of a year is far above where its flights' delays lie. A sum or mean clamped
+to [lo, hi] pays noise in proportion to the range, and bias only for the rows beyond it;
+the bound that balances the two lies where the rows' values thin out (AKMV19 sec. 3's
+balance for a cap, applied to a value instead of a row count).
+
+This rule releases, besides the extremes' histogram, a histogram of the rows' values over
+the same magnitude bins, each unit's rows weighing 1 in all (a unit of k values gives each
+1/k), and moves each side down from the extremes' bound to the magnitude that minimises
+the estimated bias (the weight beyond it times its distance, read from the noisy
+histogram) plus the noise the release's range costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import NamedTuple
+
+from udfs.laplace import laplace_release
+from udfs.random import RandomSource
+from udfs.threshold import EstimatedBounds, magnitude_bounds
+
+EXTREMES_SHARE = Fraction(1, 2)
+"""The part of the bounds' ε spent on the extremes' histogram; the rest on the rows'."""
+
+
+class RowBounds(NamedTuple):
+    """The extremes' bounds (for every aggregate) and the tighter ones for a sum or mean."""
+
+    extremes: EstimatedBounds
+    tight: EstimatedBounds
+
+
+def row_bounds(
+    magnitudes: Sequence[float],
+    above: Sequence[int],
+    below: Sequence[int],
+    weight_above: Sequence[int],
+    weight_below: Sequence[int],
+    unit_weight: int,
+    epsilon: float,
+    release_epsilon: float,
+    noise_factor: float,
+    rng: RandomSource,
+) -> RowBounds:
+    """Bounds on one argument from its units' extremes and its rows' weighted values.
+
+    ``above``/``below`` are as for :func:`udfs.magnitude_bounds`, which gets
+    EXTREMES_SHARE of ε and gives the outer bounds (−L, U). ``weight_above[j]``
+    (``weight_below[j]``) is the total weight of the rows above ``magnitudes[j]`` (below
+    its negative), a unit's rows weighing ``unit_weight`` together. Their histogram over
+    both sides' bins is released once with the discrete Laplace mechanism (sensitivity
+    ``unit_weight``) at the rest of ε. Per side, with ŵ_b the noisy weight of bin
+    (m_b, m_{b+1}] in units (negative counts taken as 0), the side's bound is the m_j ≤ U
+    minimising Σ_{j ≤ b, m_{b+1} ≤ U} ŵ_b·(m_{b+1} − m_j) + F·m_j/ε_r: the first term
+    bounds the bias of clamping at m_j per row of a mean unit (each bin's rows at its
+    top), the second is the Laplace scale that range adds to a release at
+    ``release_epsilon`` (ε_r), F = ``noise_factor`` times a mean unit's rows (the cap,
+    groups released and groups per unit multiply the noise of a range, not its bias).
+    The tight bounds are ``guessed`` when the extremes' are.
+
+    Privacy map: ε-DP. Adding or removing a unit moves the weight histogram's L1 norm by at
+    most ``unit_weight`` (its rows' weights sum to at most that, each row in one bin), so
+    its release is (1 − EXTREMES_SHARE)·ε-DP; :func:`udfs.magnitude_bounds` is
+    EXTREMES_SHARE·ε-DP; sequential composition, and the choice is post-processing.
+    """
+    total = Fraction(epsilon)
+    extremes = magnitude_bounds(magnitudes, above, below, total * EXTREMES_SHARE, rng)
+    histogram = [*_bins(weight_below), *_bins(weight_above)]
+    noisy = laplace_release(histogram, unit_weight, total * (1 - EXTREMES_SHARE), rng)
+    bins = len(magnitudes) - 1
+    sides = []
+    for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:])):
+        sides.append(
+            _balanced(magnitudes, outer, weights, unit_weight, release_epsilon / noise_factor)
+        )
+    tight = EstimatedBounds(0.0 - sides[0], sides[1], extremes.guessed)
+    return RowBounds(extremes, tight)
+
+
+def _bins(exceedances: Sequence[int]) -> list[int]:
+    """The weight per bin (m_j, m_{j+1}] from the weight above each m_j (the last open)."""
+    return [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
+
+
+def _balanced(
+    magnitudes: Sequence[float],
+    outer: float,
+    noisy: Sequence[int],
+    unit_weight: int,
+    release_epsilon: float,
+) -> float:
+    """The magnitude up to ``outer`` minimising estimated bias plus noise (see
+    :func:`row_bounds`); ``outer`` itself when it is 0."""
+    if outer <= 0:
+        return outer
+    limit = magnitudes.index(outer)
+    tops = magnitudes[1 : limit + 1]
+    weights = [max(0, n) / unit_weight for n in noisy[:limit]]
+
+    def cost(j: int) -> float:
+        clip = magnitudes[j]
+        bias = sum(w * (top - clip) for w, top in zip(weights[j:], tops[j:], strict=True))
+        return bias + clip / release_epsilon
+
+    return magnitudes[min(range(1, limit + 1), key=cost)]
