@@ -322,24 +322,43 @@ def bounds_sql(
         for bound in (_magnitude(c, negative) for c in magnitudes)
     ]
     masses = [
-        coalesce(
-            filtered(total(column(w)), comparison(this=column(v), expression=bound)), number(0)
+        select(
+            [
+                coalesce(
+                    filtered(total(column("__w")), comparison(this=column("__x"), expression=b)),
+                    number(0),
+                )
+                for _, comparison, negative in sides
+                for b in (_magnitude(c, negative) for c in magnitudes)
+            ],
+            table(f"__values{i}"),
         )
-        for v, w in zip(values, weights, strict=True)
-        for _, comparison, negative in sides
-        for bound in (_magnitude(c, negative) for c in magnitudes)
+        for i in range(len(values))
     ]
     ctes = {
         "__source": _rows(analysis, [], numbers, values),
         "__extremes": render(select(extremes, table("__source"), group=[column("__unit")])),
         "__weighted": render(select([exp.Star(), *per_unit_weights], table("__source"))),
+        # One row per distinct value: the comparisons below then run over far fewer rows.
+        **{
+            f"__values{i}": render(
+                select(
+                    [named(column(v), "__x"), named(total(column(w)), "__w")],
+                    table("__weighted"),
+                    group=[column(v)],
+                )
+            )
+            for i, (v, w) in enumerate(zip(values, weights, strict=True))
+        },
     }
-    extreme_counts = select(counts, table("__extremes"))
-    row_masses = select(masses, table("__weighted"))
+    parts = [select(counts, table("__extremes")), *masses]
     statement = select(
         [exp.Star()],
-        derived(extreme_counts, "__e"),
-        joins=[exp.Join(this=derived(row_masses, "__r"), kind="CROSS")],
+        derived(parts[0], "__p0"),
+        joins=[
+            exp.Join(this=derived(part, f"__p{i}"), kind="CROSS")
+            for i, part in enumerate(parts[1:], 1)
+        ],
     )
     return f"{_with(ctes)}\n{render(statement)}"
 

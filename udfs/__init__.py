@@ -27,7 +27,7 @@ from udfs.register import (
     register,
     unregister,
 )
-from udfs.row_bounds import RowBounds, row_bounds
+from udfs.row_bounds import RowBounds, noisy_row_weights, row_bounds
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
     bulk_top,
@@ -56,6 +56,7 @@ __all__ = [
     "laplace_release",
     "magnitude_bounds",
     "noisy_histograms",
+    "noisy_row_weights",
     "partition_threshold",
     "permute_and_flip",
     "private_quantile",

@@ -70,8 +70,9 @@ def row_bounds(
     """
     total = Fraction(epsilon)
     extremes = magnitude_bounds(magnitudes, above, below, total * EXTREMES_SHARE, rng)
-    histogram = [*_bins(weight_below), *_bins(weight_above)]
-    noisy = laplace_release(histogram, unit_weight, total * (1 - EXTREMES_SHARE), rng)
+    noisy = noisy_row_weights(
+        weight_above, weight_below, unit_weight, total - total * EXTREMES_SHARE, rng
+    )
     bins = len(magnitudes) - 1
     sides = []
     for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:])):
@@ -80,6 +81,23 @@ def row_bounds(
         )
     tight = EstimatedBounds(0.0 - sides[0], sides[1], extremes.guessed)
     return RowBounds(extremes, tight)
+
+
+def noisy_row_weights(
+    weight_above: Sequence[int],
+    weight_below: Sequence[int],
+    unit_weight: int,
+    epsilon: Fraction,
+    rng: RandomSource,
+) -> list[int]:
+    """The private part of :func:`row_bounds`' tightening: the weight of the rows per bin,
+    the negative side's bins then the positive side's, with discrete Laplace noise.
+
+    Privacy map: ε-DP when a unit's rows weigh at most ``unit_weight`` together (each row
+    lies in one bin, so the histogram's L1 sensitivity is ``unit_weight``).
+    """
+    histogram = [*_bins(weight_below), *_bins(weight_above)]
+    return laplace_release(histogram, unit_weight, epsilon, rng)
 
 
 def _bins(exceedances: Sequence[int]) -> list[int]:
