@@ -16,6 +16,7 @@ histogram) plus the noise the release's range costs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import NamedTuple
@@ -56,12 +57,16 @@ def row_bounds(
     both sides' bins is released once with the discrete Laplace mechanism (sensitivity
     ``unit_weight``) at the rest of ε. Per side, with ŵ_b the noisy weight of bin
     (m_b, m_{b+1}] in units (negative counts taken as 0), the side's bound is the m_j ≤ U
-    minimising Σ_{j ≤ b, m_{b+1} ≤ U} ŵ_b·(m_{b+1} − m_j) + F·m_j/ε_r: the first term
-    bounds the bias of clamping at m_j per row of a mean unit (each bin's rows at its
-    top), the second is the Laplace scale that range adds to a release at
-    ``release_epsilon`` (ε_r), F = ``noise_factor`` times a mean unit's rows (the cap,
-    groups released and groups per unit multiply the noise of a range, not its bias).
-    The tight bounds are ``guessed`` when the extremes' are.
+    minimising B_j + sd(B_j) + F·m_j/ε_r, where B_j = Σ_{j ≤ b, m_{b+1} ≤ U}
+    ŵ_b·(m_{b+1} − m_j) bounds the bias of clamping at m_j per row of a mean unit (each
+    bin's rows at its top), sd(B_j) = √2/ε_w·√(Σ (m_{b+1} − m_j)²) is its noise's standard
+    deviation (ε_w the histogram's ε), and F·m_j/ε_r is the Laplace scale that range adds
+    to a release at ``release_epsilon`` (ε_r), F = ``noise_factor`` times a mean unit's
+    rows (the cap, groups released and groups per unit multiply the noise of a range, not
+    its bias). Adding one sd makes a tail the noise may hide count as there: where the
+    histogram cannot show that the rows beyond m_j are few, the side stays wide (a clamp
+    too tight biases the answer beyond its interval; one too wide only widens it). The
+    tight bounds are ``guessed`` when the extremes' are.
 
     Privacy map: ε-DP. Adding or removing a unit moves the weight histogram's L1 norm by at
     most ``unit_weight`` (its rows' weights sum to at most that, each row in one bin), so
@@ -70,15 +75,20 @@ def row_bounds(
     """
     total = Fraction(epsilon)
     extremes = magnitude_bounds(magnitudes, above, below, total * EXTREMES_SHARE, rng)
-    noisy = noisy_row_weights(
-        weight_above, weight_below, unit_weight, total - total * EXTREMES_SHARE, rng
-    )
+    weights_epsilon = total - total * EXTREMES_SHARE
+    noisy = noisy_row_weights(weight_above, weight_below, unit_weight, weights_epsilon, rng)
     bins = len(magnitudes) - 1
-    sides = []
-    for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:])):
-        sides.append(
-            _balanced(magnitudes, outer, weights, unit_weight, release_epsilon / noise_factor)
+    deviation = math.sqrt(2) / weights_epsilon  # of one bin's noisy weight, in units
+    sides = [
+        _balanced(
+            magnitudes,
+            outer,
+            [max(0, n) / unit_weight for n in weights],
+            deviation,
+            release_epsilon / noise_factor,
         )
+        for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:]))
+    ]
     tight = EstimatedBounds(0.0 - sides[0], sides[1], extremes.guessed)
     return RowBounds(extremes, tight)
 
@@ -108,21 +118,23 @@ def _bins(exceedances: Sequence[int]) -> list[int]:
 def _balanced(
     magnitudes: Sequence[float],
     outer: float,
-    noisy: Sequence[int],
-    unit_weight: int,
+    weights: Sequence[float],
+    deviation: float,
     release_epsilon: float,
 ) -> float:
-    """The magnitude up to ``outer`` minimising estimated bias plus noise (see
-    :func:`row_bounds`); ``outer`` itself when it is 0."""
+    """The magnitude up to ``outer`` minimising the estimated bias, one standard deviation
+    of its estimate and the noise (see :func:`row_bounds`); ``outer`` itself when it is 0.
+    ``weights`` are the side's noisy bin weights in units, negative ones taken as 0."""
     if outer <= 0:
         return outer
     limit = magnitudes.index(outer)
     tops = magnitudes[1 : limit + 1]
-    weights = [max(0, n) / unit_weight for n in noisy[:limit]]
 
     def cost(j: int) -> float:
         clip = magnitudes[j]
-        bias = sum(w * (top - clip) for w, top in zip(weights[j:], tops[j:], strict=True))
-        return bias + clip / release_epsilon
+        reaches = [top - clip for top in tops[j:]]
+        bias = sum(w * r for w, r in zip(weights[j:limit], reaches, strict=True))
+        spread = deviation * math.sqrt(sum(r * r for r in reaches))
+        return bias + spread + clip / release_epsilon
 
     return magnitudes[min(range(1, limit + 1), key=cost)]
