@@ -48,7 +48,6 @@ from rewriter.plan import (
     bounds_search,
     plan,
 )
-from udfs.row_bounds import EXTREMES_SHARE
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -371,12 +370,12 @@ def _bounds_summaries(con, db, sql: str, rows: str):
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
 def test_bounds_search(extremes, weaken):
-    """The private estimate of missing bounds under BOUND AUTO from the units' extremes
-    (udfs.magnitude_bounds inside udfs.row_bounds: per side, a Laplace histogram of the
-    units' extremes and the top bin above a threshold) from the summary the SQL computes on
-    D and D' is (EXTREMES_SHARE·ε_bounds)-DP. A MEDIAN takes these bounds as they are."""
+    """The private estimate of missing bounds under BOUND AUTO (udfs.magnitude_bounds: per
+    side, a Laplace histogram of the units' extremes and the top bin above a threshold)
+    from the summary the SQL computes on D and D' is ε_bounds-DP. A MEDIAN takes these
+    bounds as they are (a SUM's are tightened further: ``test_row_weights_search``)."""
     con, db = extremes
-    sql = "SELECT MEDIAN(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
+    sql = "SELECT MEDIAN(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 40"
     search, summaries = _bounds_summaries(con, db, sql, "(999999, 0, 1e12), (999999, 0, -1e12)")
     assert not search.tightened(search.aggregates[0])
 
@@ -387,25 +386,24 @@ def test_bounds_search(extremes, weaken):
 
         return [one() for _ in range(n)]
 
-    epsilon = search.epsilon * EXTREMES_SHARE
     with noise(weaken):
-        check(audit(sample, epsilon, samples=10_000, selection_samples=2_000), weaken)
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=2_000), weaken)
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
 def test_row_weights_search(extremes, weaken):
-    """The rest of the bounds' ε, the histogram of the rows' weights that tightens a SUM's
-    or AVG's bounds (udfs.noisy_row_weights, read from the SQL's weighted sums on D and D'),
-    is ((1 − EXTREMES_SHARE)·ε_bounds)-DP: the neighbouring unit's one row at 10¹² weighs
-    2**ROW_WEIGHT_BITS, all in that bin, where the discrete Laplace tail the audit reads
-    is exactly e^ε heavier."""
+    """The histogram of the rows' weights that tightens a SUM's or AVG's missing bounds
+    (udfs.noisy_row_weights inside udfs.tightened_bounds, from the SQL's weighted sums on D
+    and D') is ε_weights-DP (TIGHTEN_SHARE of the query's ε): the neighbouring unit's one
+    row at 10¹² weighs 2**ROW_WEIGHT_BITS, all in that bin, where the discrete Laplace tail
+    the audit reads is exactly e^ε heavier."""
     con, db = extremes
-    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 40"
+    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
     search, summaries = _bounds_summaries(con, db, sql, "(999999, 0, 1e12)")
     assert search.tightened(search.aggregates[0])
     width = len(MAGNITUDES)
     top = next(j for j, m in enumerate(MAGNITUDES) if m >= 1e12) - 1  # bin (m_j, m_j+1]
-    epsilon = Fraction(search.epsilon) * (1 - EXTREMES_SHARE)
+    epsilon = Fraction(search.weights_epsilon)
     rng = udfs.SeededRandom(zlib.crc32(b"row-weights"), insecure=True)
 
     def sample(neighbour: bool, n: int) -> list[float]:

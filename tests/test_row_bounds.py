@@ -1,4 +1,4 @@
-"""udfs.row_bounds: a SUM's or AVG's missing bounds from the rows' weighted values.
+"""udfs.tightened_bounds: a SUM's or AVG's missing bounds from the rows' weighted values.
 
 Seeded checks of the rule on summaries built by hand: it tightens a side whose rows lie far
 below the units' extremes only when the noise it saves outweighs the bias it adds, never
@@ -6,10 +6,13 @@ leaves the extremes' bounds, and never returns [0, 0]."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 import udfs
 from rewriter.plan import MAGNITUDES, ROW_WEIGHT_BITS
+from udfs.threshold import EstimatedBounds
 
 UNIT = 2**ROW_WEIGHT_BITS
 
@@ -25,13 +28,31 @@ def summary(units: list[list[float]]) -> tuple[list[int], list[int], list[int], 
     return above, below, weight_above, weight_below
 
 
+class Chosen(NamedTuple):
+    extremes: EstimatedBounds
+    tight: EstimatedBounds
+
+
 def choose(units: list[list[float]], epsilon: float, factor: float, runs: int, seed: int):
+    """``runs`` draws of the extremes' bounds at 2ε and the tight ones at ε (released at 9ε)."""
     rng = udfs.SeededRandom(seed, insecure=True)
-    blocks = summary(units)
-    return [
-        udfs.row_bounds(MAGNITUDES, *blocks, UNIT, epsilon, epsilon * 9, factor, rng)
-        for _ in range(runs)
-    ]
+    above, below, weight_above, weight_below = summary(units)
+    out = []
+    for _ in range(runs):
+        extremes = udfs.magnitude_bounds(MAGNITUDES, above, below, 2 * epsilon, rng)
+        tight = udfs.tightened_bounds(
+            MAGNITUDES,
+            extremes,
+            weight_above,
+            weight_below,
+            UNIT,
+            epsilon,
+            9 * epsilon,
+            factor,
+            rng,
+        )
+        out.append(Chosen(extremes, tight))
+    return out
 
 
 # 2 000 units of 100 rows: 99 at 10 and one at 900 (each unit's extreme is in (512, 1024]).

@@ -27,7 +27,7 @@ from udfs.register import (
     register,
     unregister,
 )
-from udfs.row_bounds import RowBounds, noisy_row_weights, row_bounds
+from udfs.row_bounds import noisy_row_weights, tightened_bounds
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
     bulk_top,
@@ -44,7 +44,6 @@ __all__ = [
     "INTERVAL_ALPHA",
     "QUANTILE_FIELDS",
     "RandomSource",
-    "RowBounds",
     "SeededRandom",
     "SystemRandom",
     "UdfNameConflict",
@@ -68,9 +67,9 @@ __all__ = [
     "rank_error_bound",
     "rank_threshold",
     "register",
-    "row_bounds",
     "sample_discrete_laplace",
     "scale_of",
+    "tightened_bounds",
     "unregister",
     "variance_threshold",
 ]

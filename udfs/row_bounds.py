@@ -7,11 +7,11 @@ to [lo, hi] pays noise in proportion to the range, and bias only for the rows be
 the bound that balances the two lies where the rows' values thin out (AKMV19 sec. 3's
 balance for a cap, applied to a value instead of a row count).
 
-This rule releases, besides the extremes' histogram, a histogram of the rows' values over
+This rule releases, after the extremes' histogram, a histogram of the rows' values over
 the same magnitude bins, each unit's rows weighing 1 in all (a unit of k values gives each
 1/k), and moves each side down from the extremes' bound to the magnitude that minimises
 the estimated bias (the weight beyond it times its distance, read from the noisy
-histogram) plus the noise the release's range costs.
+histogram, plus its noise's standard deviation) and the noise the release's range costs.
 """
 
 from __future__ import annotations
@@ -19,27 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import NamedTuple
 
 from udfs.laplace import laplace_release
 from udfs.random import RandomSource
-from udfs.threshold import EstimatedBounds, magnitude_bounds
-
-EXTREMES_SHARE = Fraction(1, 2)
-"""The part of the bounds' ε spent on the extremes' histogram; the rest on the rows'."""
+from udfs.threshold import EstimatedBounds
 
 
-class RowBounds(NamedTuple):
-    """The extremes' bounds (for every aggregate) and the tighter ones for a sum or mean."""
-
-    extremes: EstimatedBounds
-    tight: EstimatedBounds
-
-
-def row_bounds(
+def tightened_bounds(
     magnitudes: Sequence[float],
-    above: Sequence[int],
-    below: Sequence[int],
+    extremes: EstimatedBounds,
     weight_above: Sequence[int],
     weight_below: Sequence[int],
     unit_weight: int,
@@ -47,39 +35,34 @@ def row_bounds(
     release_epsilon: float,
     noise_factor: float,
     rng: RandomSource,
-) -> RowBounds:
-    """Bounds on one argument from its units' extremes and its rows' weighted values.
+) -> EstimatedBounds:
+    """A sum's or mean's bounds within ``extremes`` (:func:`udfs.magnitude_bounds`' (−L, U))
+    from its rows' weighted values.
 
-    ``above``/``below`` are as for :func:`udfs.magnitude_bounds`, which gets
-    EXTREMES_SHARE of ε and gives the outer bounds (−L, U). ``weight_above[j]``
-    (``weight_below[j]``) is the total weight of the rows above ``magnitudes[j]`` (below
-    its negative), a unit's rows weighing ``unit_weight`` together. Their histogram over
-    both sides' bins is released once with the discrete Laplace mechanism (sensitivity
-    ``unit_weight``) at the rest of ε. Per side, with ŵ_b the noisy weight of bin
-    (m_b, m_{b+1}] in units (negative counts taken as 0), the side's bound is the m_j ≤ U
-    minimising B_j + sd(B_j) + F·m_j/ε_r, where B_j = Σ_{j ≤ b, m_{b+1} ≤ U}
+    ``weight_above[j]`` (``weight_below[j]``) is the total weight of the rows above
+    ``magnitudes[j]`` (below its negative), a unit's rows weighing ``unit_weight``
+    together. Their histogram over both sides' bins is released once with the discrete
+    Laplace mechanism (sensitivity ``unit_weight``) at ε. Per side, with ŵ_b the noisy
+    weight of bin (m_b, m_{b+1}] in units (negative counts taken as 0), the side's bound is
+    the m_j ≤ U minimising B_j + sd(B_j) + F·m_j/ε_r, where B_j = Σ_{j ≤ b, m_{b+1} ≤ U}
     ŵ_b·(m_{b+1} − m_j) bounds the bias of clamping at m_j per row of a mean unit (each
-    bin's rows at its top), sd(B_j) = √2/ε_w·√(Σ (m_{b+1} − m_j)²) is its noise's standard
-    deviation (ε_w the histogram's ε), and F·m_j/ε_r is the Laplace scale that range adds
-    to a release at ``release_epsilon`` (ε_r), F = ``noise_factor`` times a mean unit's
-    rows (the cap, groups released and groups per unit multiply the noise of a range, not
-    its bias). Adding one sd makes a tail the noise may hide count as there: where the
-    histogram cannot show that the rows beyond m_j are few, the side stays wide (a clamp
-    too tight biases the answer beyond its interval; one too wide only widens it). The
-    tight bounds are ``guessed`` when the extremes' are.
+    bin's rows at its top), sd(B_j) = √2/ε·√(Σ (m_{b+1} − m_j)²) is its noise's standard
+    deviation, and F·m_j/ε_r is the Laplace scale that range adds to a release at
+    ``release_epsilon`` (ε_r), F = ``noise_factor`` times a mean unit's rows (the cap,
+    groups released and groups per unit multiply the noise of a range, not its bias).
+    Adding one sd makes a tail the noise may hide count as there: where the histogram
+    cannot show that the rows beyond m_j are few, the side stays wide (a clamp too tight
+    biases the answer beyond its interval; one too wide only widens it). The bounds are
+    ``guessed`` when the extremes' are.
 
-    Privacy map: ε-DP. Adding or removing a unit moves the weight histogram's L1 norm by at
-    most ``unit_weight`` (its rows' weights sum to at most that, each row in one bin), so
-    its release is (1 − EXTREMES_SHARE)·ε-DP; :func:`udfs.magnitude_bounds` is
-    EXTREMES_SHARE·ε-DP; sequential composition, and the choice is post-processing.
+    Privacy map: ε-DP (:func:`noisy_row_weights`); the choice is post-processing of its
+    output, the extremes' bounds and public parameters.
     """
     total = Fraction(epsilon)
-    extremes = magnitude_bounds(magnitudes, above, below, total * EXTREMES_SHARE, rng)
-    weights_epsilon = total - total * EXTREMES_SHARE
-    noisy = noisy_row_weights(weight_above, weight_below, unit_weight, weights_epsilon, rng)
+    noisy = noisy_row_weights(weight_above, weight_below, unit_weight, total, rng)
     bins = len(magnitudes) - 1
-    deviation = math.sqrt(2) / weights_epsilon  # of one bin's noisy weight, in units
-    sides = [
+    deviation = math.sqrt(2) / total  # of one bin's noisy weight, in units
+    low, high = (
         _balanced(
             magnitudes,
             outer,
@@ -88,9 +71,8 @@ def row_bounds(
             release_epsilon / noise_factor,
         )
         for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:]))
-    ]
-    tight = EstimatedBounds(0.0 - sides[0], sides[1], extremes.guessed)
-    return RowBounds(extremes, tight)
+    )
+    return EstimatedBounds(0.0 - low, high, extremes.guessed)
 
 
 def noisy_row_weights(
