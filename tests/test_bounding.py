@@ -24,6 +24,7 @@ from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
 from rewriter.generate import bounds_sql, generate
 from rewriter.plan import CANDIDATES, MAGNITUDES, ROW_WEIGHT_BITS, plan
+from udfs.threshold import magnitude_histogram
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -176,7 +177,7 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
         width, arguments = len(MAGNITUDES), len(analysis.unbounded)
         blocks = [summary[k * width : (k + 1) * width] for k in range(4 * arguments)]
         return [
-            [*udfs.row_bounds._bins(blocks[2 * a + 1]), *udfs.row_bounds._bins(blocks[2 * a])]
+            [*magnitude_histogram(blocks[2 * a + 1]), *magnitude_histogram(blocks[2 * a])]
             for a in range(arguments, 2 * arguments)
         ]
 

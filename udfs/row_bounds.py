@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from udfs.laplace import laplace_release
 from udfs.random import RandomSource
-from udfs.threshold import EstimatedBounds
+from udfs.threshold import EstimatedBounds, magnitude_histogram
 
 
 def tightened_bounds(
@@ -88,13 +88,8 @@ def noisy_row_weights(
     Privacy map: ε-DP when a unit's rows weigh at most ``unit_weight`` together (each row
     lies in one bin, so the histogram's L1 sensitivity is ``unit_weight``).
     """
-    histogram = [*_bins(weight_below), *_bins(weight_above)]
+    histogram = [*magnitude_histogram(weight_below), *magnitude_histogram(weight_above)]
     return laplace_release(histogram, unit_weight, epsilon, rng)
-
-
-def _bins(exceedances: Sequence[int]) -> list[int]:
-    """The weight per bin (m_j, m_{j+1}] from the weight above each m_j (the last open)."""
-    return [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
 
 
 def _balanced(
