@@ -68,7 +68,7 @@ def tightened_bounds(
             outer,
             [max(0, n) / unit_weight for n in weights],
             deviation,
-            release_epsilon / noise_factor,
+            Fraction(release_epsilon) / Fraction(noise_factor),
         )
         for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:]))
     )
@@ -82,7 +82,7 @@ def noisy_row_weights(
     epsilon: Fraction,
     rng: RandomSource,
 ) -> list[int]:
-    """The private part of :func:`row_bounds`' tightening: the weight of the rows per bin,
+    """The private part of :func:`tightened_bounds`: the weight of the rows per bin,
     the negative side's bins then the positive side's, with discrete Laplace noise.
 
     Privacy map: ε-DP when a unit's rows weigh at most ``unit_weight`` together (each row
@@ -97,11 +97,13 @@ def _balanced(
     outer: float,
     weights: Sequence[float],
     deviation: float,
-    release_epsilon: float,
+    per_noise: Fraction,
 ) -> float:
     """The magnitude up to ``outer`` minimising the estimated bias, one standard deviation
-    of its estimate and the noise (see :func:`row_bounds`); ``outer`` itself when it is 0.
-    ``weights`` are the side's noisy bin weights in units, negative ones taken as 0."""
+    of its estimate and the noise (see :func:`tightened_bounds`); ``outer`` itself when it
+    is 0. ``weights`` are the side's noisy bin weights in units, negative ones taken as 0;
+    ``deviation`` one weight's noise's standard deviation; ``per_noise`` is ε_r/F, so a
+    range's noise per row of a mean unit is its magnitude over it."""
     if outer <= 0:
         return outer
     limit = magnitudes.index(outer)
@@ -112,6 +114,6 @@ def _balanced(
         reaches = [top - clip for top in tops[j:]]
         bias = sum(w * r for w, r in zip(weights[j:limit], reaches, strict=True))
         spread = deviation * math.sqrt(sum(r * r for r in reaches))
-        return bias + spread + clip / release_epsilon
+        return bias + spread + clip / float(per_noise)
 
     return magnitudes[min(range(1, limit + 1), key=cost)]
