@@ -274,10 +274,10 @@ def groups_sql(plan: Plan) -> str:
 def bounds_sql(
     analysis: Analysis, arguments: Sequence[exp.Expr], magnitudes: Sequence[float]
 ) -> str:
-    """One row: for each argument, how many units have a value above each magnitude c, how
-    many have one below −c (each unit counts at most once per number), then the total
-    weight of the rows above c and below −c, each unit's rows weighing 2**ROW_WEIGHT_BITS
-    in all (``udfs.tightened_bounds``).
+    """One row: for each argument in turn, how many units have a value above each magnitude
+    c, then how many have one below −c (each unit counts at most once per number); after
+    those, for each argument in turn, the total weight of the rows above each c, then below
+    each −c, each unit's rows weighing 2**ROW_WEIGHT_BITS in all (``udfs.tightened_bounds``).
 
     The input of a private bounds estimate: per-unit extremes and per-unit weighted row
     counts, never rows. A unit with k values gives each ⌊2**ROW_WEIGHT_BITS / k⌋, so it
