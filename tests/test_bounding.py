@@ -23,7 +23,8 @@ from rewriter.analyze import analyze
 from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
 from rewriter.generate import bounds_sql, generate
-from rewriter.plan import CANDIDATES, MAGNITUDES, plan
+from rewriter.plan import CANDIDATES, MAGNITUDES, ROW_WEIGHT_BITS, plan
+from udfs.threshold import magnitude_histogram
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -147,7 +148,8 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
     """The inputs of the AUTO threshold search and the bounds estimate: each count of units
     moves by at most one when a unit (here with 10⁴ extreme rows in every group) is added,
     each count of kept cells by at most MAX_GROUPS, each total of mean values by at most
-    the mean's bound."""
+    the mean's bound, and each argument's histogram of row weights (from the bounds
+    estimate's weights above and below each magnitude) by at most 2**ROW_WEIGHT_BITS in L1."""
     db = privsql.connect(neighbours, budget=1e9, seed=1, insecure=True)
     sql = (
         "SELECT g, SUM(v) AS s, AVG(v) AS a FROM visits GROUP BY g "
@@ -170,11 +172,25 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
         ]
         return [int(v) for v in (*rows[0][0], *search.summary(rows[1]))]
 
+    def row_weights(summary: list[int]) -> list[list[int]]:
+        """Per argument, its noisy-to-be histogram of row weights (both sides' bins)."""
+        width, arguments = len(MAGNITUDES), len(analysis.unbounded)
+        blocks = [summary[k * width : (k + 1) * width] for k in range(4 * arguments)]
+        return [
+            [*magnitude_histogram(blocks[2 * a + 1]), *magnitude_histogram(blocks[2 * a])]
+            for a in range(arguments, 2 * arguments)
+        ]
+
+    estimated = 4 * len(analysis.unbounded) * len(MAGNITUDES)  # the bounds summary's length
     before = summaries()
     neighbours.execute("BEGIN TRANSACTION")
     neighbours.execute("INSERT INTO visits SELECT 999999, range % 4, -1e12 FROM range(10000)")
     after = summaries()
     neighbours.execute("ROLLBACK")
+    for old, new in zip(row_weights(before), row_weights(after), strict=True):
+        assert sum(abs(a - b) for a, b in zip(new, old, strict=True)) <= 2**ROW_WEIGHT_BITS
+    after = after[: estimated // 2] + after[estimated:]  # the counts, without the weights
+    before = before[: estimated // 2] + before[estimated:]
     moved = [abs(a - b) for a, b in zip(after, before, strict=True)]
     # With MAX_GROUPS m > 1 the rank rule's counts of kept cells come last: a unit has at
     # most m kept cells, so each moves by at most m (here exactly: the unit fills m cells).

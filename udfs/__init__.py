@@ -27,6 +27,7 @@ from udfs.register import (
     register,
     unregister,
 )
+from udfs.row_bounds import noisy_row_weights, tightened_bounds
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
     bulk_top,
@@ -54,6 +55,7 @@ __all__ = [
     "laplace_release",
     "magnitude_bounds",
     "noisy_histograms",
+    "noisy_row_weights",
     "partition_threshold",
     "permute_and_flip",
     "private_quantile",
@@ -67,6 +69,7 @@ __all__ = [
     "register",
     "sample_discrete_laplace",
     "scale_of",
+    "tightened_bounds",
     "unregister",
     "variance_threshold",
 ]

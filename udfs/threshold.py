@@ -249,8 +249,7 @@ def magnitude_bounds(
     threshold = math.log(2 * bins / BOUNDS_FAILURE) / side_epsilon
     sides = []
     for exceedances in (below, above):
-        histogram = [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
-        sides.append(laplace_release(histogram, 1, side_epsilon, rng))
+        sides.append(laplace_release(magnitude_histogram(exceedances), 1, side_epsilon, rng))
     found = [
         max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
     ]
@@ -263,6 +262,12 @@ def magnitude_bounds(
         found[side], guessed = j + 1, True
     low, high = (magnitudes[j] for j in found)
     return EstimatedBounds(0.0 - low, high, guessed)
+
+
+def magnitude_histogram(exceedances: Sequence[int]) -> list[int]:
+    """Per bin (m_j, m_{j+1}] of the magnitudes, what lies in it, from what lies above each
+    m_j (``exceedances[j]``); the last bin is open above."""
+    return [a - b for a, b in zip(exceedances[:-1], [*exceedances[1:-1], 0], strict=True)]
 
 
 def _units_shown_up_to(noisy: Sequence[int], side_epsilon: Fraction) -> int:
