@@ -119,7 +119,7 @@ def test_delays_per_carrier_get_bounds_where_the_rows_lie():
     truth = dict(con.sql("SELECT carrier, avg(dep_delay) FROM flights GROUP BY 1").fetchall())
     db = privsql.connect(con, budget=1e12, seed=7, insecure=True)
     highs, honest, cells = [], 0, 0
-    for i in range(8):  # ε moves in the 10th digit: a fresh release, not a stored answer
+    for i in range(30):  # ε moves in the 10th digit: a fresh release, not a stored answer
         result = db.sql(
             "SELECT carrier, AVG(dep_delay) AS a FROM flights GROUP BY carrier "
             f"PRIVACY_UNIT tailnum EPSILON {1 + i * 1e-10!r}",
@@ -134,6 +134,5 @@ def test_delays_per_carrier_get_bounds_where_the_rows_lie():
             cells += 1
             honest += abs(row["a"] - truth[row["carrier"]]) <= width or flag
     db.close()
-    assert sum(high <= 256 for high in highs) >= 6, highs
-    assert min(highs) >= 128, highs
+    assert sum(128 <= high <= 256 for high in highs) >= 20, highs
     assert honest >= 0.9 * cells, (honest, cells)
