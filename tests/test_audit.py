@@ -22,6 +22,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from fractions import Fraction
 from pathlib import Path
 
 import duckdb
@@ -46,6 +47,7 @@ from rewriter.plan import (
     bounds_search,
     plan,
 )
+from udfs.quantile import _private_reach, _Ranks, interval_margin
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -231,11 +233,10 @@ def test_quantile_with_its_interval(medians):
     """What the release function returns — the point and its 95% interval together —
     passes against the quantile's whole ε (the point's and the interval's), over 64 buckets.
 
-    Shipped only: on this instance the triple's privacy loss stays far below its ε (0.6 of
-    2 certified), so too little noise cannot be told apart here. The parts are each shown
-    to fail when weakened: the point above (the brackets run the same selection code),
-    the shifted brackets by ``test_bracket_follows_pf_on_shifted_scores`` and the noisy
-    total as a Laplace release.
+    Shipped only: on this instance the triple's privacy loss stays far below its ε, so too
+    little noise cannot be told apart here. The parts are each shown to fail when
+    weakened: the point above and the interval's reach below
+    (``test_quantile_interval_reach``).
     """
     con, db = medians
     sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
@@ -256,6 +257,53 @@ def test_quantile_with_its_interval(medians):
 
     epsilon = m.epsilon + m.interval_epsilon
     check(audit(sample, epsilon, samples=20_000, selection_samples=5_000), False)
+
+
+@pytest.fixture(scope="module")
+def reaches() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for the quantile's interval: 82 one-row units, 79 in bucket 0 of 64 over [0, 100]
+    and 3 in bucket 2. With the point in bucket 0 the interval reaches up only, and every
+    reach short of bucket 2 keeps exactly K ranks above the median, the wider ones K + 3:
+    the extreme unit (five kept rows at the top) takes Δ = 2.5 from every margin, so the
+    short reaches fall Δ behind K and the wide ones come within 0.5 of it. "Reach at most
+    1 bucket" is then the tightest threshold event among the shapes tried (a search over
+    atoms, their places and the point's bucket): its exact log-ratio is 0.90 ε at the
+    declared ε and 1.34 ε with the weakened noise, at probabilities 0.06 to 0.2.
+    """
+    yield from database(
+        "CREATE TABLE visits AS SELECT range AS uid, 0 AS g, "
+        "(CASE WHEN range < 79 THEN 0.5 ELSE 2.5 END) * 100 / 64 AS v FROM range(82)"
+    )
+
+
+@pytest.mark.parametrize("full", SIZES)
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_quantile_interval_reach(reaches, weaken, full):
+    """The MEDIAN's interval: its reach from the point's bucket, chosen by permute-and-flip
+    over the SQL's histogram (merged into 64 buckets), is ε-DP at the interval's ε given
+    that bucket (the point, released first, fixes it: sequential composition), and
+    detected when the noise is too small. The full run takes 10× the samples."""
+    con, db = reaches
+    sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
+    query_plan = planned(db, sql)
+    (m,) = query_plan.measurements
+    exact = tuple(coarsened(counts, 64) for counts in on_neighbours(con, query_plan, histogram))
+    assert (exact[0][0], exact[0][2], sum(exact[0]), exact[1][63]) == (79, 3, 82, 5)
+    rows, p = query_plan.sensitivity(m), Fraction(m.quantile[0])
+    epsilon = Fraction(m.interval_epsilon)
+    margin = interval_margin(64, m.quantile[0], m.interval_epsilon, rows)
+    rng = udfs.SeededRandom(zlib.crc32(b"reach"), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        ranks = _Ranks(exact[neighbour])
+        return [_private_reach(ranks, 0, rows, p, epsilon, margin, rng) for _ in range(n)]
+
+    samples = 40_000 * (10 if full else 1)
+    with noise(weaken):
+        check(
+            audit(sample, m.interval_epsilon, samples=samples, selection_samples=samples // 4),
+            weaken,
+        )
 
 
 THRESHOLD = udfs.partition_threshold(1, 1.0, 1e-6)
