@@ -652,7 +652,7 @@ def _quantile_rank(query_plan: Plan) -> int:
     assert search is not None
     cells = search.noise_factor // query_plan.bounding.groups  # G released groups · m
     reach = max(
-        udfs.quantile_reach(m.quantile[0], BUCKETS, m.interval_epsilon)
+        udfs.quantile_reach(m.quantile[0], BUCKETS, m.epsilon, m.interval_epsilon)
         for m in query_plan.measurements
         if m.quantile is not None and m.rule == "quantile"
     )

@@ -27,6 +27,12 @@ Delta = rows * max(p, 1 - p) (resp. h * max(p, 1 - p)), and the selection is eps
 PF's privacy map. Drawing the point inside the bucket uses only public parameters and
 fresh randomness: post-processing. So ``private_quantile`` is eps-DP (pure) for one group.
 
+The interval released with the point (:func:`private_quantile_interval`) reaches from
+the point's bucket by a number of buckets chosen by one more PF over a public geometric
+ladder, scored by how far the ranks the interval keeps beyond p*n on either side are from a
+margin K that PF's union bound guarantees: (eps + interval_eps)-DP, covering the exact
+quantile with probability >= 1 - INTERVAL_ALPHA (docs/privacy.md, B.3).
+
 Everything up to the choice of the bucket is exact integer arithmetic (no float, exp or
 log); only the final point is rounded to a float, after the private choice.
 """

@@ -136,24 +136,26 @@ def rank_threshold(
     return RankChoice(candidates[min(chosen + margin, len(candidates) - 1)], blind)
 
 
-def quantile_reach(p: float, buckets: int, interval_epsilon: float) -> float:
+def quantile_reach(p: float, buckets: int, epsilon: float, interval_epsilon: float) -> float:
     """How far, in rows (ranks), a private quantile's interval reaches per row of cap: the
     rank rule's target for a quantile's cap is this many cells above it per released group.
 
     AKMV19's balance for a sum sets the cap where raising it by one row adds as much noise
-    (1/ε rows) as it removes bias (one row per cell above). A quantile's answer is a rank,
-    and :func:`udfs.private_quantile_interval` keeps K = t + cap + 1 ranks on either side
-    of the quantile (:func:`udfs.quantile.interval_margin`), t the union bound of
-    :func:`udfs.rank_error_bound` over its reach ladder at INTERVAL_ALPHA with sensitivity
-    cap·max(p, 1 − p): about 7/ε_interval ranks per row of cap for a median, against 1/ε
-    for a sum. Raising the cap by one row widens it by this much, and removes at most one
-    row of the rank's bias per cell above (bounding moves a kept row's weight, never more
-    than the rows it cuts), so the balance puts the cap this many times as many cells lower
-    than a sum's. Public parameters only.
+    (1/ε rows) as it removes bias (one row per cell above). A quantile's answer is a rank:
+    its point lies within t_point of p·n (:func:`udfs.rank_error_bound` over the G buckets
+    at ``epsilon``), and :func:`udfs.private_quantile_interval` keeps K = t + cap + 1 ranks
+    beyond p·n on either side (:func:`udfs.quantile.interval_margin`; t the same bound over
+    its reach ladder at ``interval_epsilon``), both at INTERVAL_ALPHA with sensitivity
+    cap·max(p, 1 − p): about 11/ε_point + 7/ε_interval ranks per row of cap for a median,
+    against 1/ε for a sum. Raising the cap by one row widens the answer's reach by this
+    much, and removes at most one row of the rank's bias per cell above (bounding moves a
+    kept row's weight, never more than the rows it cuts), so the balance puts the cap this
+    many times as many cells lower than a sum's. Public parameters only.
     """
     share = max(p, 1 - p)
-    ladder = len(reach_ladder(buckets))
-    return rank_error_bound(ladder, interval_epsilon, share, INTERVAL_ALPHA) + 1
+    point = rank_error_bound(buckets, epsilon, share, INTERVAL_ALPHA)
+    interval = rank_error_bound(len(reach_ladder(buckets)), interval_epsilon, share, INTERVAL_ALPHA)
+    return point + interval + 1
 
 
 def bulk_top(
