@@ -81,7 +81,7 @@ CUT_SHARE = 0.05
 BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
 
-INTERVAL_SHARE = 0.5
+INTERVAL_SHARE = 0.25
 """The share of a quantile's ε spent on its interval (udfs.private_quantile_interval)."""
 
 MAGNITUDES = (0.0, *(math.ldexp(1.0, e) for e in range(-10, 41)))
