@@ -48,6 +48,7 @@ from rewriter.plan import (
     bounds_search,
     plan,
 )
+from udfs.quantile import _private_reach, _Ranks, interval_margin
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -233,11 +234,10 @@ def test_quantile_with_its_interval(medians):
     """What the release function returns — the point and its 95% interval together —
     passes against the quantile's whole ε (the point's and the interval's), over 64 buckets.
 
-    Shipped only: on this instance the triple's privacy loss stays far below its ε (0.6 of
-    2 certified), so too little noise cannot be told apart here. The parts are each shown
-    to fail when weakened: the point above (the brackets run the same selection code),
-    the shifted brackets by ``test_bracket_follows_pf_on_shifted_scores`` and the noisy
-    total as a Laplace release.
+    Shipped only: on this instance the triple's privacy loss stays far below its ε, so too
+    little noise cannot be told apart here. The parts are each shown to fail when
+    weakened: the point above and the interval's reach below
+    (``test_quantile_interval_reach``).
     """
     con, db = medians
     sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
@@ -258,6 +258,54 @@ def test_quantile_with_its_interval(medians):
 
     epsilon = m.epsilon + m.interval_epsilon
     check(audit(sample, epsilon, samples=20_000, selection_samples=5_000), False)
+
+
+@pytest.fixture(scope="module")
+def reaches() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for the quantile's interval: 146 one-row units, 141 in bucket 0 of 64 over
+    [0, 100] and 5 in bucket 2. With the point in bucket 0 the interval reaches up only;
+    at the interval's ε = 0.475 the target margin is K = 70 ranks, every reach short of
+    bucket 2 keeps K − 2 ranks above the median and the wider ones K + 3. The extreme unit
+    (five kept rows at the top) takes Δ = 2.5 from every margin, so the short reaches fall
+    further behind K and the wide ones come within 0.5 of it. "Reach at most 1 bucket" is
+    then the tightest threshold event among the shapes tried (a search over two atoms'
+    sizes and places and the point's bucket): its exact log-ratio is 0.92 ε at the declared
+    ε and 1.38 ε with the weakened noise, at probabilities 0.06 to 0.13.
+    """
+    yield from database(
+        "CREATE TABLE visits AS SELECT range AS uid, 0 AS g, "
+        "(CASE WHEN range < 141 THEN 0.5 ELSE 2.5 END) * 100 / 64 AS v FROM range(146)"
+    )
+
+
+@pytest.mark.parametrize("full", SIZES)
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_quantile_interval_reach(reaches, weaken, full):
+    """The MEDIAN's interval: its reach from the point's bucket, chosen by permute-and-flip
+    over the SQL's histogram (merged into 64 buckets), is ε-DP at the interval's ε given
+    that bucket (the point, released first, fixes it: sequential composition), and
+    detected when the noise is too small. The full run takes 10× the samples."""
+    con, db = reaches
+    sql = f"SELECT MEDIAN({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND ROWS 5 EPSILON 2"
+    query_plan = planned(db, sql)
+    (m,) = query_plan.measurements
+    exact = tuple(coarsened(counts, 64) for counts in on_neighbours(con, query_plan, histogram))
+    assert (exact[0][0], exact[0][2], sum(exact[0]), exact[1][63]) == (141, 5, 146, 5)
+    rows, p = query_plan.sensitivity(m), Fraction(m.quantile[0])
+    epsilon = Fraction(m.interval_epsilon)
+    margin = interval_margin(64, m.quantile[0], m.interval_epsilon, rows)
+    rng = udfs.SeededRandom(zlib.crc32(b"reach"), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        ranks = _Ranks(exact[neighbour])
+        return [_private_reach(ranks, 0, rows, p, epsilon, margin, rng) for _ in range(n)]
+
+    samples = 60_000 * (10 if full else 1)
+    with noise(weaken):
+        check(
+            audit(sample, m.interval_epsilon, samples=samples, selection_samples=samples // 4),
+            weaken,
+        )
 
 
 THRESHOLD = udfs.partition_threshold(1, 1.0, 1e-6)

@@ -27,6 +27,12 @@ Delta = rows * max(p, 1 - p) (resp. h * max(p, 1 - p)), and the selection is eps
 PF's privacy map. Drawing the point inside the bucket uses only public parameters and
 fresh randomness: post-processing. So ``private_quantile`` is eps-DP (pure) for one group.
 
+The interval released with the point (:func:`private_quantile_interval`) reaches from
+the point's bucket by a number of buckets chosen by one more PF over a public geometric
+ladder, scored by how far the ranks the interval keeps beyond p*n on either side are from a
+margin K that PF's union bound guarantees: (eps + interval_eps)-DP, covering the exact
+quantile with probability >= 1 - INTERVAL_ALPHA (docs/privacy.md, B.3).
+
 Everything up to the choice of the bucket is exact integer arithmetic (no float, exp or
 log); only the final point is rounded to a float, after the private choice.
 """
@@ -41,19 +47,21 @@ from numbers import Rational, Real
 import numpy as np
 
 from udfs.discrete_laplace import _check_epsilon, _check_sensitivity, exact_real, positive_real
-from udfs.laplace import laplace_halfwidth, laplace_release
 from udfs.random import RandomSource
 from udfs.selection import _as_fraction, _exact_rational, _permute_and_flip_gaps
 from udfs.weakening import noise_epsilon
 
 __all__ = [
     "INTERVAL_ALPHA",
+    "RUNGS_PER_DOUBLING",
+    "interval_margin",
     "private_quantile",
     "private_quantile_interval",
     "private_weighted_quantile",
     "quantile_scores",
     "quantile_sensitivity",
     "rank_error_bound",
+    "reach_ladder",
 ]
 
 _UNIFORM_BITS = 53
@@ -151,26 +159,24 @@ class _Ranks:
     def __len__(self) -> int:
         return len(self.upper)
 
-    def gaps(self, p: Fraction, shift: int = 0) -> Callable[[int], int]:
-        """d * (dist(t, bucket b) - min over buckets) for t = p*n + shift, p = a/d.
+    def gaps(self, p: Fraction) -> Callable[[int], int]:
+        """d * (dist(p*n, bucket b) - min over buckets), p = a/d.
 
-        With d*t = q*d + r (0 <= r < d): ranks above t start at below_b >= q + 1, where
-        d * dist = d*(below_b - q) - r; ranks below t end at upper_b <= q, where
-        d * dist = d*(q - upper_b) + r. The buckets tile [0, n], so the smallest distance
-        is t's distance to [0, n].
+        With a*n = q*d + r (0 <= r < d): ranks above p*n start at below_b >= q + 1, where
+        d * dist = d*(below_b - q) - r; ranks below p*n end at upper_b <= q, where
+        d * dist = d*(q - upper_b) + r. The buckets tile [0, n] and p*n lies in it, so the
+        smallest distance is 0.
         """
         a, d = p.numerator, p.denominator
-        target = a * self.total + d * shift
-        q, r = divmod(target, d)
-        nearest = max(0, -target, target - d * self.total)
+        q, r = divmod(a * self.total, d)
         below, upper = self.below, self.upper
 
         def gap(b: int) -> int:
             above = int(below[b]) - q
             if above >= 1:
-                return d * above - r - nearest
+                return d * above - r
             under = q - int(upper[b])
-            return (d * under + r if under >= 0 else 0) - nearest
+            return d * under + r if under >= 0 else 0
 
         return gap
 
@@ -197,20 +203,24 @@ def quantile_sensitivity(p: float, unit_weight: Fraction | int) -> Fraction:
     return positive_real(unit_weight, "unit_weight") * max(prob, 1 - prob)
 
 
-def _private_bucket(
-    ranks: _Ranks, unit_mass: int, prob: Fraction, eps: Fraction, rng: RandomSource, shift: int = 0
-) -> int:
-    """PF's bucket for the target rank p*n + shift (masses, unit_mass, shift on one scale L).
+def _pf_scale(prob: Fraction, unit_mass: int, eps: Fraction) -> tuple[int, int]:
+    """PF's exponent per unit of scaled gap, as (numerator, denominator).
 
-    With p = a/d the true score gap is g_b / (d L) and Delta = unit_mass * m / (d L),
-    m = max(a, d - a), so PF's exponent eps * gap / (2 Delta) is
-    g_b * eps / (2 * unit_mass * m): the scale factors cancel. A constant shift
-    leaves every score's sensitivity as it is.
+    Gaps are scaled by p's denominator d (and the masses' common scale L): with p = a/d
+    the true gap is g / (d L) and Delta = unit_mass * m / (d L), m = max(a, d - a), so PF's
+    exponent eps * gap / (2 Delta) is g * eps / (2 * unit_mass * m): the scales cancel.
     """
     a, d = prob.numerator, prob.denominator
     scale = noise_epsilon(eps) / (2 * unit_mass * max(a, d - a))
-    gap = ranks.gaps(prob, shift)
-    return _permute_and_flip_gaps(len(ranks), gap, scale.numerator, scale.denominator, rng)
+    return scale.numerator, scale.denominator
+
+
+def _private_bucket(
+    ranks: _Ranks, unit_mass: int, prob: Fraction, eps: Fraction, rng: RandomSource
+) -> int:
+    """PF's bucket for the target rank p*n (masses and unit_mass on one scale L)."""
+    gap = ranks.gaps(prob)
+    return _permute_and_flip_gaps(len(ranks), gap, *_pf_scale(prob, unit_mass, eps), rng)
 
 
 def _point(bucket: int, buckets: int, lo: Fraction, hi: Fraction, rng: RandomSource) -> float:
@@ -308,6 +318,102 @@ def private_weighted_quantile(
 INTERVAL_ALPHA = 0.05
 """The interval released with a quantile holds with probability at least 1 - INTERVAL_ALPHA."""
 
+RUNGS_PER_DOUBLING = 4
+"""The interval's candidate reaches grow by a factor 2 ** (1 / RUNGS_PER_DOUBLING) per rung."""
+
+
+def reach_ladder(buckets: int) -> tuple[int, ...]:
+    """The candidate reaches, in buckets on each side of the point's bucket: 0, the
+    distinct floor(2 ** (k / RUNGS_PER_DOUBLING)) below G - 1 (exact integer roots), and
+    G - 1 (which reaches both ends from any bucket). Public: it depends on G only. A
+    geometric ladder keeps the candidates few (44 for G = 4096, so the union bound pays
+    ln 44, not ln 4096) while the chosen reach is at most 2 ** (1 / RUNGS_PER_DOUBLING)
+    times (plus one bucket) the smallest one that would do."""
+    g = _check_sensitivity(buckets, "buckets")
+    rungs = {0, g - 1}
+    k = 0
+    while (rung := _integer_root(2**k, RUNGS_PER_DOUBLING)) < g - 1:
+        rungs.add(rung)
+        k += 1
+    return tuple(sorted(rungs))
+
+
+def _integer_root(value: int, degree: int) -> int:
+    """floor(value ** (1 / degree)) exactly, for value >= 1."""
+    root = round(value ** (1 / degree))
+    while root**degree > value:
+        root -= 1
+    while (root + 1) ** degree <= value:
+        root += 1
+    return root
+
+
+def interval_margin(buckets: int, p: float, interval_epsilon: float, rows: int) -> int:
+    """K: the rank margin (numbers of values, or weight) the interval asks of each side.
+
+    K = ceil(t) + rows + 1, t = :func:`rank_error_bound` over the reach ladder at
+    INTERVAL_ALPHA with sensitivity rows * max(p, 1 - p). Public parameters only.
+    """
+    unit = _check_sensitivity(rows, "rows")
+    sensitivity = quantile_sensitivity(p, unit)
+    reach = rank_error_bound(
+        len(reach_ladder(buckets)), interval_epsilon, sensitivity, INTERVAL_ALPHA
+    )
+    return math.ceil(reach) + unit + 1
+
+
+def _rungs(bucket: int, buckets: int) -> list[int]:
+    """The ladder's reaches from ``bucket``, cut at the first that reaches both ends of
+    the range (at most ``len(reach_ladder(buckets))`` of them; public once b is)."""
+    widest = max(bucket, buckets - 1 - bucket)
+    return [r for r in reach_ladder(buckets) if r < widest] + [widest]
+
+
+def _reach_gaps(ranks: _Ranks, bucket: int, prob: Fraction, margin: int) -> list[int]:
+    """d * (distance of the margin K to rung i's rank interval), for each of ``_rungs``.
+
+    With p = a/d, the lower side of reach r holds the ranks below edge bucket - r, the
+    upper side those below edge bucket + 1 + r; their margins, scaled by d, are
+    a*n - d*below and d*below - a*n, and a side that reaches the range's end has margin
+    +inf (no rank lies beyond it). s_r is the smaller margin, nondecreasing in r, and the
+    last rung's is +inf, so the intervals [s_{i-1}, s_i] (s_{-1} = -inf) tile the line and
+    some rung's distance to K is 0.
+    """
+    a, d = prob.numerator, prob.denominator
+    total, buckets = ranks.total, len(ranks)
+    target = d * margin
+
+    def side(edge: int, sign: int) -> int | None:
+        if not 0 < edge < buckets:
+            return None
+        return sign * (d * int(ranks.below[edge]) - a * total)
+
+    gaps = []
+    previous: int | None = None
+    for r in _rungs(bucket, buckets):
+        sides = [s for s in (side(bucket - r, -1), side(bucket + 1 + r, 1)) if s is not None]
+        current = min(sides) if sides else None
+        above = previous - target if previous is not None else 0
+        short = target - current if current is not None else 0
+        gaps.append(max(0, above, short))
+        previous = current
+    return gaps
+
+
+def _private_reach(
+    ranks: _Ranks,
+    bucket: int,
+    unit: int,
+    prob: Fraction,
+    eps: Fraction,
+    margin: int,
+    rng: RandomSource,
+) -> int:
+    """PF's reach (in buckets) around ``bucket`` for the margin K = ``margin`` ranks."""
+    gaps = _reach_gaps(ranks, bucket, prob, margin)
+    chosen = _permute_and_flip_gaps(len(gaps), gaps.__getitem__, *_pf_scale(prob, unit, eps), rng)
+    return _rungs(bucket, len(ranks))[chosen]
+
 
 def private_quantile_interval(
     counts: Sequence[int],
@@ -321,47 +427,44 @@ def private_quantile_interval(
 ) -> tuple[float, float, float]:
     """An eps-DP p-quantile, as :func:`private_quantile`, and an interval around it.
 
-    Returns (point, lower, upper). With probability at least 1 - INTERVAL_ALPHA both the
-    point and the exact p-quantile of the counted values lie in [lower, upper].
+    Returns (point, lower, upper), lower <= point <= upper. With probability at least
+    1 - INTERVAL_ALPHA the interval holds every value within ``rows`` ranks of the exact
+    p-quantile of the counted values (so the exact quantile however it interpolates).
 
-    Mechanism. ``interval_epsilon`` is split in thirds: a noisy total n~ = n + DLap, and two
-    brackets -- PF over the same buckets for the target ranks p*n -+ k, where
-    k = ceil(s_point + s_bracket) + rows + 1 and each s is :func:`rank_error_bound` at
-    INTERVAL_ALPHA / 4. ``lower`` is the chosen lower bracket bucket's lower edge, or ``low``
-    unless n~ shows (with probability 1 - INTERVAL_ALPHA / 4) that p*n >= k; ``upper``
-    likewise. A constant shift of the target leaves each score's sensitivity at
-    rows * max(p, 1 - p), so the privacy map is epsilon + interval_epsilon (sequential
-    composition; the rest is post-processing).
+    Mechanism. The point is PF's bucket b (``epsilon``). The interval is
+    [edge(b - r), edge(b + 1 + r)] (lo resp. hi where it passes an end) for one reach r
+    chosen by PF (``interval_epsilon``) from the public ladder :func:`reach_ladder`: it is
+    a quantile of the margin s_r, the fewer ranks either side keeps beyond p*n, taken at
+    the target K = :func:`interval_margin` (scores -dist(K, [s_{r-1}, s_r]), as the point's
+    are -dist(p*n, [below_b, below_b + c_b])).
 
-    Why it covers. When every draw is within its bound, the point's bucket b has
-    below_b + counts_b >= p*n - s_point, and the lower bracket's bucket b' has
-    below_b' <= p*n - k + s_bracket (its target is >= 0, so its best score is 0); b' above b
-    would need below_b' >= below_b + counts_b, i.e. k <= s_point + s_bracket, and b' above
-    the exact quantile's bucket would need k <= s_bracket + 1 row. The four bounds fail
-    together with probability at most INTERVAL_ALPHA (union bound). docs/privacy.md, 3.6.
+    Privacy map: epsilon + interval_epsilon (sequential composition; b is released). Given
+    b, a side's margin moves by at most rows * max(p, 1 - p) when a unit adds or removes
+    its values, as a quantile score does (B.2), so do their minimum and its distance to K,
+    and PF on them is interval_epsilon-DP. Which sides reach an end depends on b and the
+    ladder only. Edges and points are post-processing.
+
+    Why it covers. The best score is 0, so with probability >= 1 - INTERVAL_ALPHA the
+    chosen rung's distance is below t (the union bound of :func:`rank_error_bound` over
+    the ladder) and its margin s_r > K - t > rows: fewer than p*n - rows ranks lie below
+    the lower edge and fewer than (1 - p)*n - rows above the upper one. docs/privacy.md, B.3.
     """
     prob = _check_p(p)
     lo, hi = _check_range(low, high)
     eps = _check_epsilon(epsilon)
-    third = _check_epsilon(interval_epsilon) / 3
+    reach_epsilon = _check_epsilon(interval_epsilon)
     unit = _check_sensitivity(rows, "rows")
     masses = _exact_counts(counts)
     if lo == hi:
         return float(lo), float(lo), float(hi)
     buckets = len(masses)
-    alpha = INTERVAL_ALPHA / 4
-    sensitivity = quantile_sensitivity(prob, unit)
-    reach = rank_error_bound(buckets, eps, sensitivity, alpha)
-    reach += rank_error_bound(buckets, third, sensitivity, alpha)
-    k = math.ceil(reach) + unit + 1
     ranks = _Ranks(masses)
-    point = _point(_private_bucket(ranks, unit, prob, eps, rng), buckets, lo, hi, rng)
-    below = _private_bucket(ranks, unit, prob, third, rng, shift=-k)
-    above = _private_bucket(ranks, unit, prob, third, rng, shift=k)
-    (total,) = laplace_release([sum(masses)], unit, third, rng)
-    floor = total - laplace_halfwidth(unit, third, alpha)
-    lower = _edge(below, buckets, lo, hi, down=True) if prob * floor >= k else float(lo)
-    upper = _edge(above + 1, buckets, lo, hi, down=False) if (1 - prob) * floor >= k else float(hi)
+    bucket = _private_bucket(ranks, unit, prob, eps, rng)
+    point = _point(bucket, buckets, lo, hi, rng)
+    margin = interval_margin(buckets, p, interval_epsilon, unit)
+    reach = _private_reach(ranks, bucket, unit, prob, reach_epsilon, margin, rng)
+    lower = _edge(max(bucket - reach, 0), buckets, lo, hi, down=True)
+    upper = _edge(min(bucket + 1 + reach, buckets), buckets, lo, hi, down=False)
     return point, min(lower, point), max(upper, point)
 
 

@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from udfs.laplace import laplace_release
-from udfs.quantile import INTERVAL_ALPHA, rank_error_bound
+from udfs.quantile import INTERVAL_ALPHA, rank_error_bound, reach_ladder
 from udfs.random import RandomSource
 from udfs.selection import permute_and_flip
 
@@ -157,21 +157,21 @@ def quantile_reach(p: float, buckets: int, epsilon: float, interval_epsilon: flo
     rank rule's target for a quantile's cap is this many cells above it per released group.
 
     AKMV19's balance for a sum sets the cap where raising it by one row adds as much noise
-    (1/ε rows) as it removes bias (one row per cell above). A quantile's answer is a rank,
-    and :func:`udfs.private_quantile_interval` reaches k = reach_point + reach_bracket +
-    cap + 1 ranks from it, each reach :func:`udfs.rank_error_bound` at INTERVAL_ALPHA/4 with
-    sensitivity cap·max(p, 1 − p): about 200/ε ranks per row of cap at the shipped shares
-    against 1/ε for a sum. Raising the cap by one row widens it by this much, and removes
-    at most one row of the rank's bias per cell above (bounding moves a kept row's weight,
-    never more than the rows it cuts), so the balance puts the cap about 200× as many
-    cells lower than a sum's: the sum's rank left the flights MEDIAN's interval at the
-    whole range (±1 000–4 000 miles at ε = 1, a cap of 657 flights). Public parameters only.
+    (1/ε rows) as it removes bias (one row per cell above). A quantile's answer is a rank:
+    its point lies within t_point of p·n (:func:`udfs.rank_error_bound` over the G buckets
+    at ``epsilon``), and :func:`udfs.private_quantile_interval` keeps K = t + cap + 1 ranks
+    beyond p·n on either side (:func:`udfs.quantile.interval_margin`; t the same bound over
+    its reach ladder at ``interval_epsilon``), both at INTERVAL_ALPHA with sensitivity
+    cap·max(p, 1 − p): about 11/ε_point + 7/ε_interval ranks per row of cap for a median,
+    against 1/ε for a sum. Raising the cap by one row widens the answer's reach by this
+    much, and removes at most one row of the rank's bias per cell above (bounding moves a
+    kept row's weight, never more than the rows it cuts), so the balance puts the cap this
+    many times as many cells lower than a sum's. Public parameters only.
     """
-    alpha = INTERVAL_ALPHA / 4
     share = max(p, 1 - p)
-    point = rank_error_bound(buckets, epsilon, share, alpha)
-    bracket = rank_error_bound(buckets, Fraction(interval_epsilon) / 3, share, alpha)
-    return point + bracket + 1
+    point = rank_error_bound(buckets, epsilon, share, INTERVAL_ALPHA)
+    interval = rank_error_bound(len(reach_ladder(buckets)), interval_epsilon, share, INTERVAL_ALPHA)
+    return point + interval + 1
 
 
 def bulk_top(
