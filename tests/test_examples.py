@@ -47,7 +47,7 @@ def test_the_example_scripts_run(tmp_path):
         assert process.returncode == 0, f"{name} failed:\n{err[-3000:]}"
         outputs[name] = out
     quickstart = outputs["quickstart.py"]
-    assert "Spent ε = 3.28 of 4" in quickstart and "plan: EPSILON 2.28" in quickstart
+    assert "Spent ε = 3.53 of 4" in quickstart and "plan: EPSILON 2.53" in quickstart
     assert quickstart.count("(exact ") >= 5 and "expected ± (95%) flights" in quickstart
     glob = outputs["parquet_glob.py"]
     assert "12 Parquet files" in glob and glob.count("┌") == 3 and "±" in glob
