@@ -201,6 +201,7 @@ def _analyze(
     _refuse_duplicate_outputs(select)
     relations = Relations(select, catalog, private)
     relations.refuse_outside_from()
+    relations.refuse_private_rereads()
     unit, source = relations.resolve(options.unit)
     relations.check_reached()
     rows = build(select, relations, catalog)  # refuses items that run per private row
@@ -210,7 +211,7 @@ def _analyze(
     aggregates = _aggregates(select, relations, catalog, automatic)
     _refuse_raw_outputs(select, key_nodes)
     _refuse_unlisted_row_level(select, key_nodes, aggregates)
-    refuse_growth(select)
+    refuse_growth(select, catalog)
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})

@@ -20,7 +20,11 @@ length times its compiled program's, and a counted repetition (``(?:[0-9a-f]){10
 makes a short pattern a large program — a condition that sends one unit's rows through it
 made a query seconds slower. Patterns over private data are constants; the work they may
 cost, ``size(text) · program(pattern)``, is summed over the query and held to
-``MAX_WORK_FACTOR`` and ``MAX_WORK``.
+``MAX_WORK_FACTOR`` and ``MAX_WORK``. A nested value (LIST, STRUCT, MAP, ...) cast to text
+repeats its field names once per element — a list of 200 000 booleans under a long field
+name grew a thousandfold — so printing one (a cast to text, or concatenation, which
+prints a STRUCT or a list given to ``concat_ws``) is refused; the columns it reads are
+followed to the sources that hold them, whose types the catalogue gives.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
+from rewriter.catalog import Catalog
 from rewriter.errors import UnsupportedQuery
 from rewriter.expressions import Clamped
+from rewriter.relations import source_sql
 
 MAX_FACTOR = 8
 """The largest multiple of a row's own size that one value may reach. DuckDB's strings stop
@@ -98,13 +104,14 @@ SCALAR_RESULTS: tuple[type[exp.Expr], ...] = (
 """Nodes that build a number or a boolean (``SCALAR``), however large what they read."""
 
 
-def refuse_growth(query: exp.Query) -> None:
+def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
     """Refuse a query in which some value, or all a row creates, or its regular-expression
-    work, may grow beyond the limits (module docstring)."""
+    work, may grow beyond the limits, or that casts a nested value to text (module
+    docstring)."""
     root = build_scope(query)
     if root is None:
         return
-    sizes = _Sizes({id(scope.expression): scope for scope in root.traverse()})
+    sizes = _Sizes({id(scope.expression): scope for scope in root.traverse()}, catalog)
     for scope in root.traverse():
         for part in _parts(scope.expression):
             sizes.of(part, scope)
@@ -138,8 +145,9 @@ def _parts(query: exp.Expr) -> list[exp.Expr]:
 class _Sizes:
     """Size bounds of expressions, following columns into the scopes that define them."""
 
-    def __init__(self, scopes: dict[int, Scope]) -> None:
+    def __init__(self, scopes: dict[int, Scope], catalog: Catalog) -> None:
         self._scopes = scopes
+        self._catalog = catalog
         self._columns: dict[tuple[int, str], Size] = {}
         self.created: dict[int, Size] = {}
         """The size of each value a row's evaluation creates, by node."""
@@ -175,6 +183,11 @@ class _Sizes:
             return Size(0, _constant_length(node))
         if isinstance(node, exp.TimeToStr):
             return _formatted(node)
+        if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*exp.DataType.TEXT_TYPES):
+            self._refuse_nested(node.this, scope, set())
+        if isinstance(node, (exp.DPipe, exp.Concat, exp.ConcatWs)):  # print STRUCTs and lists
+            for child in children:
+                self._refuse_nested(child, scope, set())
         if isinstance(node, exp.Replace):
             return _replaced(node, sizes)
         if isinstance(node, exp.RegexpReplace):
@@ -193,6 +206,54 @@ class _Sizes:
         if key not in self._columns:
             self._columns[key] = self._projection(source, column.name)
         return self._columns[key]
+
+    def _refuse_nested(self, value: exp.Expr, scope: Scope, seen: set[tuple[int, str]]) -> None:
+        """Refuse if a column ``value`` reads holds a nested value at its source."""
+        for column in value.find_all(exp.Column):
+            source = scope.sources.get(column.table)
+            key = (id(source), column.name.lower())
+            if key in seen:
+                continue
+            seen.add(key)
+            if isinstance(source, Scope):
+                for definition in self._definitions(source, column.name):
+                    self._refuse_nested(definition, self._scope_of(source, definition), seen)
+            elif isinstance(source, exp.Table) and self._nested(source, column.name):
+                raise UnsupportedQuery(
+                    f"{column.name} would be printed as text: a nested value (LIST, STRUCT, "
+                    "MAP) printed as text repeats its field names per element, which "
+                    "privsql cannot bound"
+                )
+
+    def _definitions(self, source: Scope, name: str) -> list[exp.Expr]:
+        """The expressions that define a derived table's column ``name`` (one per branch
+        of a set operation); the whole body where a star or an unknown name passes it."""
+        query = source.expression
+        selects = (
+            [self._scopes[id(b)].expression for b in _branches(query) if id(b) in self._scopes]
+            if isinstance(query, exp.SetOperation)
+            else [query]
+        )
+        found = []
+        for select in selects:
+            if not isinstance(select, exp.Select):
+                continue
+            named = [i.unalias() for i in select.expressions if i.alias_or_name == name]
+            found += named or [select]
+        return found
+
+    def _scope_of(self, source: Scope, definition: exp.Expr) -> Scope:
+        select = definition if isinstance(definition, exp.Select) else definition.parent_select
+        return self._scopes.get(id(select), source) if select is not None else source
+
+    def _nested(self, source: exp.Table, name: str) -> bool:
+        sql = source_sql(source)
+        columns = [c.lower() for c in self._catalog.columns(sql)]
+        kinds = self._catalog.types(f"SELECT * FROM {sql}")
+        if name.lower() not in columns or len(kinds) != len(columns):
+            return False
+        kind = kinds[columns.index(name.lower())].upper()
+        return kind.endswith("]") or kind.startswith(("STRUCT", "MAP", "UNION", "LIST"))
 
     def _projection(self, source: Scope, name: str) -> Size:
         """The size of a derived table's column: of its defining expression, or the

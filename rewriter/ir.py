@@ -12,9 +12,7 @@ removes exactly the rows derived from it; docs/privacy.md section 2.1):
 ``Filter``            rows of a relation that meet a condition
 ``Project``           row-level outputs of a derived table or CTE over private rows
 ``PerUnitAggregate``  a derived table grouped by the unit (one row per unit and key)
-``Combined``          a set operation (UNION, INTERSECT, EXCEPT; ALL or DISTINCT) of bodies
-                      that each pass the unit at one position, in one type
-``Named``             a project, per-unit aggregate or set operation used as a FROM item
+``Named``             a project or per-unit aggregate used as a FROM item, under its label
 
 Released values never enter it: the DP aggregate and the post-processing are the plan's.
 The tree is built from the resolved query (``rewriter.resolve``) after ``Relations`` has
@@ -47,14 +45,7 @@ from sqlglot.optimizer.scope import build_scope
 from rewriter.catalog import Catalog
 from rewriter.errors import PrivacyError, UnsupportedQuery
 from rewriter.guard import condition, never_raise_named
-from rewriter.relations import (
-    SET_OPERATION_ARGS,
-    Origin,
-    Relations,
-    items,
-    set_operands,
-    source_sql,
-)
+from rewriter.relations import Origin, Relations, items, source_sql
 from rewriter.resolve import IDENTITY
 from rewriter.sqlbuild import secret_hash
 
@@ -164,45 +155,10 @@ class PerUnitAggregate:
 
 
 @dataclass(frozen=True)
-class Combined:
-    """A set operation of two bodies (``operation`` ``UNION``, ``INTERSECT`` or ``EXCEPT``;
-    ``ALL`` unless ``distinct``), its columns paired by position.
-
-    Unit-preserving because every branch passes a unit unchanged at the unit's position, in
-    the same type (``relations.Relations._unit_position``, ``_Builder.combined``): each
-    output row holds its unit's value, and rows that a DISTINCT merges, an INTERSECT
-    matches or an EXCEPT removes are equal in that column — of one unit. A unit's rows
-    from the branches add up, and the bounding stage reads the operation's output.
-    """
-
-    operation: str
-    distinct: bool
-    left: Body
-    right: Body
-    privacy = Privacy.UNIT_PRESERVING
-
-    @property
-    def outputs(self) -> tuple[exp.Expr, ...]:
-        """The output columns, named as the first branch names them."""
-        return self.left.outputs
-
-    def branches(self) -> list[Project | PerUnitAggregate]:
-        """The SELECT branches, nested set operations flattened, left to right."""
-        return [
-            leaf
-            for side in (self.left, self.right)
-            for leaf in (side.branches() if isinstance(side, Combined) else [side])
-        ]
-
-
-Body = Project | PerUnitAggregate | Combined
-
-
-@dataclass(frozen=True)
 class Named:
     """A derived table (or a CTE, inlined) used as a FROM item under ``label``."""
 
-    body: Body
+    body: Project | PerUnitAggregate
     label: str
     unit: UnitColumn
     unit_name: str
@@ -214,7 +170,7 @@ class Named:
 
 
 Item = Source | Public | Named
-Relation = Item | Filter | Join | Body
+Relation = Item | Filter | Join | Project | PerUnitAggregate
 
 OUTER_CLAUSES = frozenset(
     {
@@ -338,7 +294,7 @@ class _Builder:
         unit_name = self.relations.linked.get(id(item))
         if unit_name is None:  # Relations reaches every private item before this runs
             raise UnsupportedQuery(f"{label} is not joined on the privacy unit")
-        unit = self.unit(exp.column(unit_name, table=label), select, body)
+        unit = self.unit(exp.column(unit_name, table=label), select)
         if body is None:
             if not isinstance(item, exp.Table) or IDENTITY not in item.meta:
                 raise UnsupportedQuery(f"{label} cannot be read as a private source")
@@ -349,8 +305,6 @@ class _Builder:
             refuse_unrepresented(item, SUBQUERY_ARGS)
         else:
             refuse_unrepresented(item, SOURCE_ARGS)
-        if isinstance(body, exp.SetOperation):
-            return Named(self.combined(body), label, unit, unit_name)
         if not isinstance(body, exp.Select):
             raise UnsupportedQuery(f"{body.key.upper()} over private data is not allowed")
         return Named(self.body(body), label, unit, unit_name)
@@ -391,57 +345,8 @@ class _Builder:
             return PerUnitAggregate(relation, tuple(group.expressions), outputs)
         return Project(relation, outputs, distinct is not None)
 
-    def combined(self, query: exp.SetOperation) -> Combined:
-        """A set operation over private rows whose branches all bind to the same column
-        types. A column whose types differ would be cast to a common type — a cast that
-        can fail on one value (outside any guard) or make distinct values of two units one
-        value, merging rows of different units (2¹⁰⁰ + k HUGEINTs are one DOUBLE): refused,
-        from the schema alone; the analyst casts the branches alike (guarded)."""
-        combined = self._operation(query)
-        ctes = public_ctes(self.relations.outer, self.relations)
-        kinds = []
-        for branch in combined.branches():
-            statement = _body(branch, capped=False)
-            if ctes:
-                statement.set("with_", exp.With(expressions=[c.copy() for c in ctes]))
-            try:
-                kinds.append(self.catalog.types(statement.sql(dialect="duckdb")))
-            except PrivacyError:
-                raise UnsupportedQuery("the branches of a set operation cannot be bound") from None
-        for number, found in enumerate(kinds[1:], start=2):
-            if found != kinds[0]:
-                raise UnsupportedQuery(
-                    f"branch {number} of a set operation over private data has column types "
-                    f"({', '.join(found)}), the first ({', '.join(kinds[0])}): CAST them alike"
-                )
-        return combined
-
-    def _operation(self, query: exp.Query) -> Body:
-        if isinstance(query, exp.Subquery):
-            return self._operation(query.this)
-        if not isinstance(query, exp.SetOperation):
-            if not isinstance(query, exp.Select):
-                raise UnsupportedQuery(f"{query.key.upper()} over private data is not allowed")
-            return self.body(query)
-        refuse_unrepresented(query, SET_OPERATION_ARGS)
-        return Combined(
-            query.key.upper(),
-            bool(query.args.get("distinct")),
-            self._operation(query.this),
-            self._operation(query.expression),
-        )
-
-    def unit(
-        self, column: exp.Column, select: exp.Select, body: exp.Query | None = None
-    ) -> UnitColumn:
-        """The base column a unit column passes unchanged, by catalogue identity (of a set
-        operation, the first branch's: every branch passes a unit there, checked by
-        ``Relations``)."""
-        if isinstance(body, exp.SetOperation):
-            first = set_operands(body)[0]
-            named = [o for o in first.expressions if o.alias_or_name.lower() == column.name.lower()]
-            if len(named) == 1 and isinstance(named[0].unalias(), exp.Column):
-                return self.unit(named[0].unalias(), first)
+    def unit(self, column: exp.Column, select: exp.Select) -> UnitColumn:
+        """The base column a unit column passes unchanged, by catalogue identity."""
         origin = self.relations.origin(column, select)
         if origin is None or IDENTITY not in origin.source.meta:
             raise UnsupportedQuery(f"{column.sql()} does not pass a source's unit unchanged")
@@ -513,9 +418,8 @@ def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
 # -- generation ---------------------------------------------------------------------------
 
 
-def _select(relation: Relation, projection: list[exp.Expr], capped: bool = True) -> exp.Select:
-    """``SELECT projection`` over one block: its items joined, then filtered (and, unless
-    ``capped`` is false — to bind its types only — each private item capped when joined)."""
+def _select(relation: Relation, projection: list[exp.Expr]) -> exp.Select:
+    """``SELECT projection`` over one block: its items joined, then filtered."""
     where = None
     if isinstance(relation, Filter):
         relation, where = relation.input, relation.condition
@@ -527,13 +431,13 @@ def _select(relation: Relation, projection: list[exp.Expr], capped: bool = True)
         raise UnsupportedQuery("a query over private data reads it in FROM")
     block = [relation, *(j.right for j in joins)]
     private = sum(1 for i in block if i.privacy is Privacy.UNIT_PRESERVING)
-    cap = join_cap(private) if private > 1 and capped else None
-    query = exp.Select(expressions=projection, from_=exp.From(this=_item(relation, cap, capped)))
+    cap = join_cap(private) if private > 1 else None
+    query = exp.Select(expressions=projection, from_=exp.From(this=_item(relation, cap)))
     query.set(
         "joins",
         [
             exp.Join(
-                this=_item(j.right, cap, capped),
+                this=_item(j.right, cap),
                 on=j.condition.copy() if j.condition is not None else None,
                 side=j.side or None,
                 kind=j.kind or None,
@@ -546,7 +450,7 @@ def _select(relation: Relation, projection: list[exp.Expr], capped: bool = True)
     return query
 
 
-def _item(item: Item, cap: int | None, capped: bool = True) -> exp.Expr:
+def _item(item: Item, cap: int | None) -> exp.Expr:
     """A FROM item; a private one capped at ``cap`` rows per unit when it is joined."""
     if isinstance(item, Public):
         return item.item.copy()
@@ -555,25 +459,14 @@ def _item(item: Item, cap: int | None, capped: bool = True) -> exp.Expr:
         read: exp.Expr = item.table.copy()
         read.set("alias", alias)
     else:
-        read = exp.Subquery(this=_body(item.body, capped), alias=alias)
+        read = exp.Subquery(this=_body(item.body), alias=alias)
     if cap is None:
         return read
     return exp.Subquery(this=_capped(read, item, cap), alias=alias.copy())
 
 
-def _body(body: Body, capped: bool = True) -> exp.Query:
-    if isinstance(body, Combined):
-        # a nested operation is parenthesised: INTERSECT binds tighter than UNION and
-        # EXCEPT, and those associate to the left, so the tree is never left to precedence
-        left, right = (
-            exp.Subquery(this=_body(side, capped))
-            if isinstance(side, Combined)
-            else _body(side, capped)
-            for side in (body.left, body.right)
-        )
-        operation = {"UNION": exp.Union, "INTERSECT": exp.Intersect, "EXCEPT": exp.Except}
-        return operation[body.operation](this=left, expression=right, distinct=body.distinct)
-    query = _select(body.input, [o.copy() for o in body.outputs], capped)
+def _body(body: Project | PerUnitAggregate) -> exp.Select:
+    query = _select(body.input, [o.copy() for o in body.outputs])
     if isinstance(body, PerUnitAggregate):
         query.set("group", exp.Group(expressions=[k.copy() for k in body.keys]))
     elif body.distinct:

@@ -2,8 +2,7 @@
 
 Private data may be read only as FROM items: base sources (tables, views, files) and
 derived tables or CTEs whose bodies are row-level or per-unit (grouped by the unit) SELECTs
-over private items, or set operations of such SELECTs that each pass a unit at the unit's
-position. Each private item exposes one *unit column*, and the private items of
+over private items. Each private item exposes one *unit column*, and the private items of
 one FROM are joined on it. Under these rules every row the outer FROM produces comes from
 rows of exactly one unit, so removing a unit removes exactly the rows derived from it
 (docs/privacy.md section 2.1).
@@ -39,9 +38,8 @@ guarded (SUM and AVG are taken in DOUBLE, which saturates at ±inf instead of ov
 and none depends on the order rows arrive in (FIRST, LAST, ANY_VALUE, ARG_MIN/ARG_MAX with
 ties, LIST and STRING_AGG do: which value a unit keeps would be the engine's choice)."""
 
-SET_OPERATION_ARGS = frozenset({"this", "expression", "distinct", "with_"})
-"""What a set operation over private rows may have: its two operands, ALL or DISTINCT, and
-CTEs (ORDER BY and LIMIT on its rows would keep rows depending on other units' rows)."""
+MAX_READINGS = 4
+"""How many times one CTE over private data may run in one query (``refuse_private_rereads``)."""
 
 PRIVATE_BODY = "privsql_private_body"
 """Meta flag on the SELECT body of a derived table or CTE over private data: generation
@@ -153,8 +151,8 @@ class Relations:
             if isinstance(item, exp.Table) and not isinstance(item.this, exp.GenerateSeries):
                 return list(self.catalog.columns(source_sql(item)))
             return []
-        if isinstance(body, exp.SetOperation):  # named as its first branch names them
-            body = set_operands(body)[0]
+        while isinstance(body, exp.SetOperation):
+            body = body.this
         if not isinstance(body, exp.Select):
             return []
         select = body
@@ -241,26 +239,12 @@ class Relations:
 
     def _verify_body(self, item: exp.Expr, body: exp.Query, name: str) -> str:
         if isinstance(body, exp.SetOperation):
-            position = self._unit_position(item, body, name)
-            for operation in _set_operations(body):  # parenthesised operands are read here
-                for side in (operation.this, operation.expression):
-                    if isinstance(side, exp.Subquery):
-                        self.reached.add(id(side))
-            for branch in set_operands(body):
-                self._verify_select(item, branch, name, self._passed_at(branch, position))
-            return name
+            raise UnsupportedQuery("set operations over private data are not allowed")
         if not isinstance(body, exp.Select):
             raise UnsupportedQuery(f"{body.key.upper()} over private data is not allowed")
-        self._verify_select(item, body, name, self._output(body, name))
-        return name
-
-    def _verify_select(
-        self, item: exp.Expr, body: exp.Select, name: str, passed: tuple[exp.Expr, str] | None
-    ) -> None:
-        """Check one SELECT over private rows whose unit output ``name`` passes ``passed``
-        (the inner item and its column), and resolve the items it reads."""
         self._refuse_body_shapes(body)
         body.meta[PRIVATE_BODY] = True
+        passed = self._output(body, name)
         if passed is None:
             raise InvalidPrivacyUnit(
                 f"{_label(item)} reads private data but does not keep its privacy unit "
@@ -272,47 +256,7 @@ class Relations:
         self._refuse_cross_unit_grouping(body, inner, inner_name)
         self.verify(inner, inner_name)
         self.link(body, inner)
-
-    def _unit_position(self, item: exp.Expr, body: exp.SetOperation, name: str) -> int:
-        """Where the unit column ``name`` stands in a set operation's rows.
-
-        A set operation pairs its branches' columns by position, and its output takes the
-        first branch's names: the unit is the first branch's column ``name``, and every
-        branch must pass a unit unchanged at that position (``_passed_at``) — a branch that
-        puts another column there would mix units under one unit value, as the unit swaps
-        of issue 11 did. BY NAME pairs columns otherwise, and is refused.
-        """
-        for operation in _set_operations(body):
-            extra = sorted(
-                k for k, v in operation.args.items() if v and k not in SET_OPERATION_ARGS
-            )
-            if extra:
-                raise UnsupportedQuery(
-                    f"{extra[0].rstrip('_').upper().replace('_', ' ')} on a set operation "
-                    "over private data is not supported"
-                )
-        first = set_operands(body)[0]
-        names = [output.alias_or_name.lower() for output in first.expressions]
-        if names.count(name.lower()) != 1 or any(_star_of(o) for o in first.expressions):
-            raise InvalidPrivacyUnit(
-                f"{_label(item)} reads private data but does not keep its privacy unit "
-                f"unchanged as one column {name} of its first branch"
-            )
-        width = len(first.expressions)
-        if any(len(branch.expressions) != width for branch in set_operands(body)):
-            raise UnsupportedQuery("the branches of a set operation have different widths")
-        return names.index(name.lower())
-
-    def _passed_at(self, body: exp.Select, position: int) -> tuple[exp.Expr, str] | None:
-        """The inner item and column a SELECT's output at ``position`` passes unchanged."""
-        output = body.expressions[position]
-        column = output.unalias()
-        if _star_of(output) is not None or not isinstance(column, exp.Column):
-            return None
-        if _merges_columns(body) and not column.table:
-            return None
-        inner = self.item_of(column, body)
-        return None if inner is None else (inner, column.name)
+        return name
 
     def _refuse_cross_unit_grouping(self, body: exp.Select, unit: exp.Expr, name: str) -> None:
         """GROUP BY and aggregates inside a private derived table only per unit.
@@ -492,6 +436,43 @@ class Relations:
                     "WHERE, SELECT, HAVING, ORDER BY or LIMIT is not allowed"
                 )
 
+    def refuse_private_rereads(self) -> None:
+        """Refuse a CTE over private data that would run more than MAX_READINGS times.
+
+        A CTE runs again wherever it is read, so one read twice by a CTE that is itself
+        read twice runs four times, and k such levels 2^k times — while the checks that
+        bound a query's work per private row (``growth``, ``fanout``, the join cap) see its
+        body once. A condition on one unit's rows inside it then decided whether a query
+        took 2 s or 126 s (red team 7). A body's runs are the sum, over the places that read
+        it, of the runs of the CTE each place is in (the outer query runs once); at most
+        MAX_READINGS, the work bounds hold up to that factor.
+        """
+        readers: dict[str, list[str | None]] = {}
+        for table in self.outer.find_all(exp.Table):
+            body = self.body(table)
+            if body is None or isinstance(table.parent, exp.CTE) or not self.is_private(table):
+                continue
+            cte = table.find_ancestor(exp.CTE)
+            readers.setdefault(table.name.lower(), []).append(
+                cte.alias_or_name.lower() if cte is not None else None
+            )
+        runs: dict[str | None, int] = {None: 1}
+
+        def runs_of(name: str | None) -> int:
+            if name not in runs:
+                runs[name] = 0  # a CTE read by itself: the recursion is refused elsewhere
+                runs[name] = sum(runs_of(reader) for reader in readers.get(name, []))
+                if runs[name] > MAX_READINGS:
+                    raise UnsupportedQuery(
+                        "a CTE over private data would run more than "
+                        f"{MAX_READINGS} times (each reading runs it again, and a CTE read "
+                        "by a CTE read twice runs four times): read it fewer times"
+                    )
+            return runs[name]
+
+        for name in readers:
+            runs_of(name)
+
     def _is_from_item(self, node: exp.Expr) -> bool:
         return isinstance(node.parent, (exp.From, exp.Join)) and node.parent.this is node
 
@@ -538,8 +519,6 @@ class Relations:
         body = self.body(item)
         if body is None:
             return Origin(item, column.name) if isinstance(item, exp.Table) else None
-        if isinstance(body, exp.SetOperation):
-            return self._set_origin(body, column.name)
         if not isinstance(body, exp.Select):
             return None
         passed = self._output(body, column.name)
@@ -547,50 +526,6 @@ class Relations:
             return None
         inner, name = passed
         return self.origin(exp.column(name, table=_label(inner)), body)
-
-    def _set_origin(self, body: exp.SetOperation, name: str) -> Origin | None:
-        """The base column a set operation's column ``name`` passes: the one every branch
-        passes at its position (one source, one column), else None."""
-        branches = set_operands(body)
-        names = [output.alias_or_name.lower() for output in branches[0].expressions]
-        if names.count(name.lower()) != 1:
-            return None
-        found = []
-        for branch in branches:
-            passed = self._passed_at(branch, names.index(name.lower()))
-            if passed is None:
-                return None
-            inner, inner_name = passed
-            found.append(self.origin(exp.column(inner_name, table=_label(inner)), branch))
-        first = found[0]
-        if first is None or any(
-            o is None
-            or self.catalog.identity(o.source) != self.catalog.identity(first.source)
-            or o.column.lower() != first.column.lower()
-            for o in found
-        ):
-            return None
-        return first
-
-
-def set_operands(query: exp.Query) -> list[exp.Select]:
-    """The SELECT branches of a set operation, nested ones flattened, left to right."""
-    if isinstance(query, exp.Subquery):
-        return set_operands(query.this)
-    if isinstance(query, exp.SetOperation):
-        return set_operands(query.this) + set_operands(query.expression)
-    if not isinstance(query, exp.Select):
-        raise UnsupportedQuery(f"{query.key.upper()} over private data is not allowed")
-    return [query]
-
-
-def _set_operations(query: exp.Query) -> list[exp.SetOperation]:
-    """A set operation and the set operations nested in its operands (not in their FROMs)."""
-    if isinstance(query, exp.Subquery):
-        return _set_operations(query.this)
-    if isinstance(query, exp.SetOperation):
-        return [query, *_set_operations(query.this), *_set_operations(query.expression)]
-    return []
 
 
 def _label(item: exp.Expr) -> str:

@@ -865,3 +865,102 @@ def test_enum_members_nested_in_a_type_are_never_shown(column: str) -> None:
     session.protect("visits", privacy_unit="user_id")
     shown = str(session.describe("visits").to_pylist()) + str(session.tables().to_pylist())
     assert PLANTED not in shown and "VARCHAR" in shown
+
+
+def _doubling(levels: int) -> str:
+    """CTEs each joining the one before with itself on the unit: c0 runs 2^levels times."""
+    ctes = ["c0 AS (SELECT user_id, rating FROM ratings)"] + [
+        f"c{i} AS (SELECT a.user_id, a.rating FROM c{i - 1} AS a JOIN c{i - 1} AS b "
+        "ON a.user_id = b.user_id)"
+        for i in range(1, levels + 1)
+    ]
+    return f"WITH {', '.join(ctes)} SELECT COUNT(*) FROM c{levels} PRIVACY_UNIT user_id"
+
+
+FIVE_READINGS = (
+    "WITH c AS (SELECT user_id, rating FROM ratings) SELECT COUNT(*) FROM c AS a "
+    + " ".join(f"JOIN c AS {n} ON {n}.user_id = a.user_id" for n in "bdef")
+    + " PRIVACY_UNIT a.user_id"
+)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        _doubling(3),
+        _doubling(5),
+        FIVE_READINGS,
+        "WITH c0 AS (SELECT user_id, rating FROM ratings), c1 AS (SELECT a.user_id, a.rating "
+        "FROM c0 AS a JOIN (SELECT user_id FROM c0) AS b ON a.user_id = b.user_id), c2 AS "
+        "(SELECT a.user_id, a.rating FROM c1 AS a JOIN c1 AS b ON a.user_id = b.user_id) "
+        "SELECT COUNT(*) FROM c2 AS a JOIN c2 AS b ON a.user_id = b.user_id "
+        "PRIVACY_UNIT a.user_id",
+    ],
+)
+def test_a_private_cte_run_more_than_four_times_is_refused(db: privsql.Session, sql: str) -> None:
+    """Each reading runs a CTE again: k levels of CTEs each read twice ran one body 2^k
+    times while the work bounds saw it once — 2 s or 126 s on one unit's condition
+    (red team 7)."""
+    error = refused(db, f"{sql} BOUND ROWS 5")
+    assert "more than 4 times" in str(error)
+
+
+FOUR_READINGS = FIVE_READINGS.replace(" JOIN c AS f ON f.user_id = a.user_id", "")
+
+
+@pytest.mark.parametrize("sql", [_doubling(1), _doubling(2), FOUR_READINGS])
+def test_a_private_cte_run_up_to_four_times_is_answered(db: privsql.Session, sql: str) -> None:
+    assert db.sql(f"{sql} BOUND ROWS 5 EPSILON 1").fetchall()
+
+
+@pytest.fixture
+def nested() -> privsql.Session:
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE e (user_id INT, x INT, items STRUCT(amount_in_cents BOOLEAN)[], "
+        "st STRUCT(k INT), tags VARCHAR[], s VARCHAR)"
+    )
+    con.execute(
+        "INSERT INTO e SELECT i % 20, i, [{'amount_in_cents': true}], {'k': 1}, ['a'], "
+        f"'{PLANTED}' FROM range(400) r(i)"
+    )
+    session = privsql.connect(con, budget=100, seed=7, insecure=True)
+    session.protect("e", privacy_unit="user_id")
+    yield session
+    session.close()
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "length(CAST(items AS VARCHAR)) > 3",
+        "length(TRY_CAST(tags AS TEXT)) > 3",
+        "length(items::VARCHAR) > 3",
+        "length(st || 'x') > 3",
+        "length(concat_ws(',', items)) > 3",
+        "length(CAST(CASE WHEN x > 3 THEN items END AS VARCHAR)) > 3",
+    ],
+)
+@pytest.mark.parametrize("through", ["table", "derived table", "CTE"])
+def test_a_nested_value_printed_as_text_is_refused(
+    nested: privsql.Session, condition: str, through: str
+) -> None:
+    """A list of 200 000 booleans under a long field name printed a thousand times its
+    size: 3.4 GB past a 1 GB memory limit with ten such rows of one unit (red team 7)."""
+    source = {
+        "table": "e",
+        "derived table": "(SELECT user_id, x, items, st, tags FROM e) AS d",
+        "CTE": "c",
+    }[through]
+    with_ = "WITH c AS (SELECT user_id, x, items, st, tags FROM e) " if through == "CTE" else ""
+    sql = f"{with_}SELECT COUNT(*) FROM {source} WHERE {condition} PRIVACY_UNIT user_id"
+    error = refused(nested, sql)
+    assert "printed as text" in str(error)
+
+
+def test_scalars_printed_as_text_are_answered(nested: privsql.Session) -> None:
+    sql = (
+        "SELECT COUNT(*) FROM (SELECT user_id, s || 'x' AS q, CAST(x AS VARCHAR) AS t FROM e) "
+        "AS d WHERE q <> t PRIVACY_UNIT user_id EPSILON 1"
+    )
+    assert nested.sql(sql).fetchall()

@@ -854,10 +854,9 @@ CASES = [
         "subquery-sample",
     ),
     case(
-        f"SELECT COUNT(*) FROM (SELECT * FROM visits UNION ALL SELECT * FROM visits "
-        f"ORDER BY 1 LIMIT 5) AS s {U}",
+        f"SELECT COUNT(*) FROM (SELECT * FROM visits UNION ALL SELECT * FROM visits) AS s {U}",
         UnsupportedQuery,
-        "subquery-union-all-limit",
+        "subquery-union-all",
     ),
     case(
         f"WITH RECURSIVE r AS (SELECT user_id FROM visits UNION ALL SELECT user_id FROM r "
