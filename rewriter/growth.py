@@ -302,13 +302,14 @@ def _constant_length(node: exp.Pad) -> int:
 
 
 def _program(pattern: exp.Expr) -> int:
-    """A bound on the program RE2 compiles a constant pattern to: its length, times each
+    """A bound on the program RE2 compiles a constant pattern to: its length (and
+    UNICODE_CLASS per Unicode class), times each
     counted repetition's largest count (``x{3,50}`` repeats ``x`` up to 50 times; nested
     counts multiply, and this bound multiplies every count, so it covers them)."""
     text = _text(pattern)
     if text is None:
         raise UnsupportedQuery("a regular expression over private data must be a constant")
-    program = max(len(text), 1)
+    program = max(len(text), 1) + UNICODE_CLASS * len(_UNICODE_CLASS.findall(text))
     for low, high in _COUNTED.findall(text):
         program *= max(int(high or low), 1)
         if program > MAX_PROGRAM:
@@ -318,6 +319,12 @@ def _program(pattern: exp.Expr) -> int:
             )
     return program
 
+
+UNICODE_CLASS = 256
+"""What a Unicode class (``\\pL``, ``\\p{Greek}``) adds to a program: RE2 compiles it to
+hundreds of ranges, not the three characters it is written in (red team 8)."""
+
+_UNICODE_CLASS = re.compile(r"\\[pP]")
 
 _COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 """A counted repetition ``{n}``, ``{n,}`` or ``{n,m}`` (``{n,}`` counted as ``n``: RE2
