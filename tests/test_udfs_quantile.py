@@ -80,6 +80,18 @@ def test_quantile_scores_are_exact() -> None:
 
 
 @settings(max_examples=150, deadline=None, database=None)
+
+def _neighbour(counts: list[int], rows: int, data) -> list[int]:
+    """``counts`` with up to ``rows`` values added, or removed where there are any."""
+    changes = data.draw(st.lists(st.integers(0, len(counts) - 1), min_size=1, max_size=rows))
+    neighbour = list(counts)
+    remove = data.draw(st.booleans())
+    for b in changes:
+        if remove and neighbour[b] == 0:
+            continue
+        neighbour[b] += -1 if remove else 1
+    return neighbour
+
 @given(
     counts=st.lists(st.integers(0, 50), min_size=1, max_size=12),
     p=st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.7, 0.99, 1.0]),
@@ -88,14 +100,7 @@ def test_quantile_scores_are_exact() -> None:
 )
 def test_scores_move_by_at_most_the_sensitivity(counts, p, rows, data) -> None:
     """Adding or removing up to ``rows`` values anywhere moves every score <= Delta."""
-    g = len(counts)
-    changes = data.draw(st.lists(st.integers(0, g - 1), min_size=1, max_size=rows))
-    neighbour = list(counts)
-    remove = data.draw(st.booleans())
-    for b in changes:
-        if remove and neighbour[b] == 0:
-            continue
-        neighbour[b] += -1 if remove else 1
+    neighbour = _neighbour(counts, rows, data)
     delta = quantile_sensitivity(p, rows)
     for u, v in zip(quantile_scores(counts, p), quantile_scores(neighbour, p), strict=True):
         assert abs(u - v) <= delta
@@ -390,13 +395,7 @@ def test_reach_scores_move_by_at_most_the_sensitivity(counts, p, rows, margin, d
     to ``rows`` values anywhere moves each by at most Delta = rows * max(p, 1 - p)."""
     g = len(counts)
     bucket = data.draw(st.integers(0, g - 1))
-    changes = data.draw(st.lists(st.integers(0, g - 1), min_size=1, max_size=rows))
-    neighbour = list(counts)
-    remove = data.draw(st.booleans())
-    for b in changes:
-        if remove and neighbour[b] == 0:
-            continue
-        neighbour[b] += -1 if remove else 1
+    neighbour = _neighbour(counts, rows, data)
     prob = Fraction(p)
     scores = []
     for histogram in (counts, neighbour):
