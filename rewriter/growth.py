@@ -61,6 +61,14 @@ its multiple of the row's size (about 3 ms of RE2 time on this machine's kind)."
 MAX_WORK_FACTOR = 10_000
 """The largest multiple of a row's own size its regular-expression work may reach."""
 
+AGGREGATE_EVALUATIONS = 10
+"""How many times the generated statements evaluate a DP aggregate's argument per row, at
+most: twice in its clamp onto the grid (the rounded value is tested for NULL, then
+clamped), a VARIANCE's square twice more over the centred value (4), its count once, and
+twice in the bounds search (NaN test, value) — up to 9 (red team 9 timed 9.4× one pass for
+a VARIANCE under AUTO). Values and work inside a DP aggregate's argument count this many
+times towards the totals; through a derived table's column they are evaluated once."""
+
 MAX_PROGRAM = 10_000
 """The largest program (``program``) one pattern over private data may compile to."""
 
@@ -115,8 +123,14 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
     for scope in root.traverse():
         for part in _parts(scope.expression):
             sizes.of(part, scope)
-    created = sum(sizes.created.values(), NOTHING)
-    work = sum(sizes.work.values(), NOTHING)
+    repeated = {
+        id(node)
+        for aggregate in query.find_all(exp.AggFunc)
+        if aggregate.parent_select is query
+        for node in aggregate.walk()
+    }
+    created = _total(sizes.created, repeated)
+    work = _total(sizes.work, repeated)
     if created.factor > MAX_TOTAL_FACTOR or created.constant > MAX_CONSTANT:
         raise UnsupportedQuery(
             "the query could build far more per row than the rows it reads; privsql bounds "
@@ -128,6 +142,15 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
             "the query's regular expressions could cost far more per row than the rows they "
             "read; use shorter texts or patterns with fewer counted repetitions"
         )
+
+
+def _total(sizes: dict[int, Size], repeated: set[int]) -> Size:
+    """The sum of ``sizes``, those of the nodes in ``repeated`` AGGREGATE_EVALUATIONS times."""
+    counted = (
+        size.times(AGGREGATE_EVALUATIONS) if node in repeated else size
+        for node, size in sizes.items()
+    )
+    return sum(counted, NOTHING)
 
 
 def _parts(query: exp.Expr) -> list[exp.Expr]:

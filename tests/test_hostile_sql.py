@@ -965,3 +965,24 @@ def test_scalars_printed_as_text_are_answered(nested: privsql.Session) -> None:
         "AS d WHERE q <> t PRIVACY_UNIT user_id EPSILON 1"
     )
     assert nested.sql(sql).fetchall()
+
+
+def test_work_inside_a_dp_aggregate_counts_as_often_as_it_runs(db: privsql.Session) -> None:
+    """The generated statements evaluate a DP aggregate's argument up to 9 times per row
+    (its clamp onto the grid twice, a VARIANCE's square four more, the bounds search
+    twice): a VARIANCE of a regex ran 7–9× the work the bounds counted once (red team 9).
+    The same work in WHERE, or through a derived table's column, runs once."""
+    work = "regexp_matches(lpad(note, 5000, 'x'), 'ab{15}c')"
+    where = f"SELECT COUNT(*) FROM ratings WHERE {work} PRIVACY_UNIT user_id BOUND ROWS 5"
+    assert db.sql(where + " EPSILON 1").fetchall()
+    inside = (
+        f"SELECT VARIANCE(CAST({work} AS INT) CLAMPED BETWEEN 0 AND 1) FROM ratings "
+        "PRIVACY_UNIT user_id BOUND ROWS 5"
+    )
+    assert "regular expressions" in str(refused(db, inside))
+    derived = (
+        "SELECT VARIANCE(y CLAMPED BETWEEN 0 AND 1) FROM "
+        f"(SELECT user_id, CAST({work} AS INT) AS y FROM ratings) AS q "
+        "PRIVACY_UNIT user_id BOUND ROWS 5 EPSILON 1"
+    )
+    assert db.sql(derived).fetchall()
