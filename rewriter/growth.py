@@ -144,6 +144,13 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
         )
 
 
+def _cast_to_scalar(node: exp.Expr) -> bool:
+    """A cast that builds a number, a date or a boolean, not text."""
+    return isinstance(node, (exp.Cast, exp.TryCast)) and not node.to.is_type(
+        *exp.DataType.TEXT_TYPES
+    )
+
+
 def _total(sizes: dict[int, Size], repeated: set[int]) -> Size:
     """The sum of ``sizes``, those of the nodes in ``repeated`` AGGREGATE_EVALUATIONS times."""
     counted = (
@@ -179,7 +186,7 @@ class _Sizes:
 
     def of(self, node: exp.Expr, scope: Scope) -> Size:
         size = self._size(node, scope)
-        if isinstance(node, SCALAR_RESULTS):
+        if isinstance(node, SCALAR_RESULTS) or _cast_to_scalar(node):
             self.created[id(node)] = Size(0, SCALAR)
         elif not isinstance(node, CREATES_NOTHING):
             self.created[id(node)] = size
