@@ -39,6 +39,7 @@ from sqlglot.optimizer.scope import Scope, build_scope
 from rewriter.catalog import Catalog
 from rewriter.errors import UnsupportedQuery
 from rewriter.expressions import Clamped
+from rewriter.functions import ALLOWED_FUNCTIONS, duckdb_name
 from rewriter.relations import source_sql
 
 MAX_FACTOR = 8
@@ -144,6 +145,26 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
         )
 
 
+TEXT_FUNCTIONS = frozenset(
+    {
+        "lower", "upper", "substring", "left", "right", "trim", "ltrim", "rtrim", "concat",
+        "concat_ws", "replace", "reverse", "split_part", "chr", "md5", "lpad", "rpad",
+        "regexp_replace", "regexp_extract", "dayname", "monthname", "strftime", "nullif",
+        "least", "greatest",
+    }
+)  # fmt: skip
+"""The allow-listed functions (``rewriter.functions``) that may return text (or pass on a
+value of any type); every other one returns a number, a date or a boolean."""
+
+
+def _scalar_function(node: exp.Expr) -> bool:
+    """An allow-listed function that returns a number, a date or a boolean."""
+    if not isinstance(node, exp.Func) or isinstance(node, exp.AggFunc):
+        return False
+    name = duckdb_name(node)
+    return name is not None and name in ALLOWED_FUNCTIONS and name not in TEXT_FUNCTIONS
+
+
 def _cast_to_scalar(node: exp.Expr) -> bool:
     """A cast that builds a number, a date or a boolean, not text."""
     return isinstance(node, (exp.Cast, exp.TryCast)) and not node.to.is_type(
@@ -186,7 +207,7 @@ class _Sizes:
 
     def of(self, node: exp.Expr, scope: Scope) -> Size:
         size = self._size(node, scope)
-        if isinstance(node, SCALAR_RESULTS) or _cast_to_scalar(node):
+        if isinstance(node, SCALAR_RESULTS) or _cast_to_scalar(node) or _scalar_function(node):
             self.created[id(node)] = Size(0, SCALAR)
         elif not isinstance(node, CREATES_NOTHING):
             self.created[id(node)] = size
