@@ -280,6 +280,11 @@ def test_what_one_row_creates_is_bounded_over_the_whole_query(db: privsql.Sessio
         "note SIMILAR TO note",
         f"strftime(DATE '2020-01-01' + rating, '{'%c' * 4000}') <> ''",
         "strftime(DATE '2020-01-01' + rating, note) <> ''",
+        "split_part(note, '|', 2) LIKE split_part(note, '|', 1)",
+        "lower(note) ILIKE note",
+        "note GLOB replace(note, 'a', '*')",
+        f"lpad(note, 10000, 'x') LIKE '%{'a' * 300}_b%'",
+        f"lpad(note, 10000, 'x') GLOB '*{'a' * 300}?b*'",
     ],
 )
 def test_patterns_whose_work_or_size_is_not_bounded_are_refused(
