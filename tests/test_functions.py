@@ -358,3 +358,27 @@ REFUSED = {
 def test_refuses_dangerous_shapes(expression: str, named: str) -> None:
     with pytest.raises(UnsupportedQuery, match=re.escape(named)):
         refuse_unlisted(_parse(expression))
+
+
+def test_functions_counted_as_scalars_are_allowed_and_return_no_text() -> None:
+    """``growth.SCALAR_FUNCTIONS`` sizes these as a number whatever they read: each is on the
+    allow-list, and no overload DuckDB has for it returns text, a list or a struct — but
+    ``date_part``'s over a list of parts (a STRUCT), which the allow-list refuses (parts are
+    single constant words, ``DATE_UNITS``)."""
+    from rewriter.growth import SCALAR_FUNCTIONS
+
+    assert SCALAR_FUNCTIONS <= ALLOWED_FUNCTIONS
+    overloads = duckdb.connect().execute(
+        "SELECT function_name, return_type FROM duckdb_functions() "
+        "WHERE function_name IN (SELECT unnest(?))",
+        [sorted(SCALAR_FUNCTIONS)],
+    ).fetchall()
+    assert {name for name, _ in overloads} >= SCALAR_FUNCTIONS - {"extract"}  # a keyword
+    for name, returns in overloads:
+        if name in ("date_part", "datepart") and returns == "STRUCT":
+            continue
+        assert returns is not None and not any(
+            t in returns for t in ("VARCHAR", "[", "STRUCT", "MAP", "ANY", "BLOB")
+        ), (name, returns)
+    with pytest.raises(UnsupportedQuery):
+        refuse_unlisted(_parse("date_part(['year', 'month'], c0)"))
