@@ -62,3 +62,11 @@ def flights(con: duckdb.DuckDBPyConnection, name: str = "flights") -> None:
     con.register("__flights_frame", frame)
     con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM __flights_frame")
     con.unregister("__flights_frame")
+
+
+def every_shape(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """``con`` with all three shapes, under their default names."""
+    flights(con)
+    ratings(con)
+    visits(con)
+    return con

@@ -276,10 +276,7 @@ def main() -> None:
     epsilons = (0.1, 1.0) if args.quick else EPSILONS
     c.header("AUTO defaults vs hindsight-best fixed caps", args.quick)
     start = time.perf_counter()
-    con = c.connection()
-    shapes.flights(con)
-    shapes.ratings(con)
-    shapes.visits(con)
+    con = shapes.every_shape(c.connection())
     results = run(con, reps, fixed_reps, epsilons, args.auto_only, args.seed, args.statistics)
     c.write_csv(results, f"auto_defaults_{args.label}.csv")
     print(c.markdown(results))

@@ -178,10 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     c.header("AUTO's row cap vs the hindsight-best fixed cap, by expected error", args.quick)
     start = time.perf_counter()
-    con = c.connection()
-    shapes.flights(con)
-    shapes.ratings(con)
-    shapes.visits(con)
+    con = shapes.every_shape(c.connection())
     results = run(con, 40 if args.quick else 200, EPSILONS, args.seed)
     c.write_csv(results, "cap_rules.csv")
     table = results.pivot_table(
