@@ -59,8 +59,18 @@ MAX_WORK = 2_000_000
 """The largest regular-expression work per row, in characters times program steps, beyond
 its multiple of the row's size (about 3 ms of RE2 time on this machine's kind)."""
 
-MAX_WORK_FACTOR = 10_000
-"""The largest multiple of a row's own size its regular-expression work may reach."""
+MAX_WORK_FACTOR = 2_048
+"""The largest multiple of a row's own size its pattern-matching work may reach over all
+the query's statements: a pattern of about 500 steps over the row's own text in each of
+PRIVATE_STATEMENTS (10⁴ in one let a 9 000-character LIKE pattern cost 0.55 s on each
+150 000-character row of one unit, red team 11)."""
+
+PRIVATE_STATEMENTS = 4
+"""How many statements of one query read the private rows, at most (the bounds search, the
+group-cap search, the row-cap search and the release): each evaluates the WHERE, the keys
+and the joins again, so their work counts this many times (red team 11: 85× slower on one
+unit's rows under BOUND AUTO, where one statement was counted). Memory is not multiplied:
+the statements run one after another."""
 
 AGGREGATE_EVALUATIONS = 10
 """How many times the generated statements evaluate a DP aggregate's argument per row, at
@@ -136,8 +146,8 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
         if aggregate.parent_select is query
         for node in aggregate.walk()
     }
-    created = _total(sizes.created, repeated)
-    work = _total(sizes.work, repeated)
+    created = _total(sizes.created, repeated, 1)
+    work = _total(sizes.work, repeated, PRIVATE_STATEMENTS)
     if created.factor > MAX_TOTAL_FACTOR or created.constant > MAX_CONSTANT:
         raise UnsupportedQuery(
             "the query could build far more per row than the rows it reads; privsql bounds "
@@ -181,10 +191,11 @@ def _cast_to_scalar(node: exp.Expr) -> bool:
     )
 
 
-def _total(sizes: dict[int, Size], repeated: set[int]) -> Size:
-    """The sum of ``sizes``, those of the nodes in ``repeated`` AGGREGATE_EVALUATIONS times."""
+def _total(sizes: dict[int, Size], repeated: set[int], others: int) -> Size:
+    """The sum of ``sizes``: those of the nodes in ``repeated`` AGGREGATE_EVALUATIONS times,
+    the others ``others`` times."""
     counted = (
-        size.times(AGGREGATE_EVALUATIONS) if node in repeated else size
+        size.times(AGGREGATE_EVALUATIONS if node in repeated else others)
         for node, size in sizes.items()
     )
     return sum(counted, NOTHING)
