@@ -24,16 +24,21 @@ from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 import duckdb
+import sqlglot
 from sqlglot import exp
 
 from privsql.engines import Engine
 from privsql.ledger import Ledger, database_path
 from rewriter.catalog import FILE, Catalog, identity
 from rewriter.errors import InvalidOption, UnsupportedQuery
+from rewriter.files import Schema, conformed_read, reader_schema
+from rewriter.relations import source_sql
 
 PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
 """A table or view named by (at most three) identifiers: its columns are the catalogue's."""
 WHOLE_TABLE = "SELECT * FROM "
+READER = re.compile(r"\b(?:read_parquet|parquet_scan)\s*\(", re.IGNORECASE)
+"""A file reader call in a statement's SQL (``rewriter.resolve.FILE_READERS``)."""
 """How the type check asks for a source's column types (``rewriter.binding``)."""
 
 
@@ -91,13 +96,18 @@ class CatalogCache:
         ):
             self._rebuild(listing)
             self._version = version
-        file_columns = lru_cache(maxsize=None)(self._engine.columns)
-        return replace(
+        catalog = replace(
             self._catalog,
-            columns=lambda source: self._columns(source, file_columns),
-            types=self._types,
             files=lru_cache(maxsize=None)(self._files),
             forbidden=frozenset(file_identity(p) for p in self._unreadable),
+        )
+        reading = lru_cache(maxsize=None)(partial(self._file_reading, catalog))
+        return replace(
+            catalog,
+            columns=lambda source: self._columns(source, reading),
+            types=lambda statement: self._types(statement, reading),
+            evaluate=lambda statement: _evaluate(self._con, _conformed(statement, reading)),
+            read=lambda source: _read(source, reading),
         )
 
     def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
@@ -115,22 +125,38 @@ class CatalogCache:
             memo={},
         )
 
-    def _columns(self, source: str, file_columns: Callable[[str], list[str]]) -> list[str]:
-        """A table's columns from the cache; a file reader's read anew for each query."""
+    def _columns(self, source: str, reading: Reading) -> list[str]:
+        """A table's columns from the cache; a file reader's its schema (anew per query)."""
+        if READER.match(source):
+            return [name for name, _ in reading(source)[0]]
         if not self._is_table(source):
-            return file_columns(source)
+            return self._engine.columns(source)
         if source not in self._table_columns:
             self._table_columns[source] = self._engine.columns(source)
         return self._table_columns[source]
 
-    def _types(self, statement: str) -> list[str]:
-        """The column types of a statement; those of a whole table from the cache."""
+    def _types(self, statement: str, reading: Reading) -> list[str]:
+        """The column types of a statement, its file readers read to their schemas; those
+        of a whole table from the cache."""
         source = statement.removeprefix(WHOLE_TABLE)
+        if source != statement and READER.match(source):
+            return [kind for _, kind in reading(source)[0]]
+        if READER.search(statement):
+            return self._engine.types(_conformed(statement, reading))
         if source == statement or not self._is_table(source):
             return self._engine.types(statement)
         if source not in self._table_types:
             self._table_types[source] = self._engine.types(statement)
         return self._table_types[source]
+
+    def _file_reading(self, catalog: Catalog, reader_sql: str) -> tuple[Schema, exp.Expr]:
+        """A file reader's schema (its declaration's, else its files' one) and the read
+        that gives its files that schema (``rewriter.files``)."""
+        reader = _parsed_reader(reader_sql)
+        groups = self._engine.file_groups(reader)
+        protection = catalog.protection(reader)
+        schema = reader_schema(protection.columns if protection else (), groups)
+        return schema, conformed_read(reader, schema, groups)
 
     def _is_table(self, source: str) -> bool:
         """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""
@@ -154,6 +180,36 @@ class CatalogCache:
                 listed = []
             found |= {file_identity(file) for (file,) in listed} or {file_identity(path)}
         return frozenset(found)
+
+
+Reading = Callable[[str], tuple[Schema, exp.Expr]]
+"""A query's file readers, by their SQL: schema and read (``CatalogCache._file_reading``)."""
+
+
+def _parsed_reader(reader_sql: str) -> exp.Table:
+    table = sqlglot.parse_one(f"SELECT * FROM {reader_sql}", read="duckdb").find(exp.Table)
+    assert table is not None
+    return table
+
+
+def _read(source: exp.Table, reading: Reading) -> exp.Expr:
+    """How the generated SQL reads ``source``: a file reader's files to its schema."""
+    if not isinstance(source.this, exp.Func):
+        return source.copy()
+    return reading(source_sql(source))[1].copy()
+
+
+def _conformed(statement: str, reading: Reading) -> str:
+    """``statement`` with each file reader reading its files to its schema."""
+    if not READER.search(statement):
+        return statement
+    tree = sqlglot.parse_one(statement, read="duckdb")
+    for table in list(tree.find_all(exp.Table)):
+        if isinstance(table.this, exp.Func):
+            read = _read(table, reading)
+            read.set("alias", table.args.get("alias"))
+            table.replace(read)
+    return tree.sql(dialect="duckdb")
 
 
 def _count_rows(engine: Engine, query: exp.Query) -> int:

@@ -22,9 +22,13 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from privsql.footers import footer_groups
 from rewriter.analyze import Analysis
+from rewriter.catalog import reader_paths
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
+from rewriter.files import FileGroup
 from rewriter.generate import RELEASED, Stages
+from rewriter.relations import source_sql
 from rewriter.sqlbuild import SECRET
 from rewriter.transpile import check_for_spark, to_spark
 
@@ -50,6 +54,11 @@ class Engine(Protocol):
 
     def types(self, statement: str) -> list[str]:
         """The DuckDB type names of a statement's outputs, by binding it (no rows read)."""
+        ...
+
+    def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
+        """The files a ``read_parquet`` table reads, grouped by the schema each is read
+        with alone (``rewriter.files``; no rows read)."""
         ...
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
@@ -181,6 +190,9 @@ class DuckDBEngine:
         except duckdb.Error:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
+    def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
+        return footer_groups(self._con, reader)
+
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         # A table's definition lists its columns and their types: a renamed, added or
         # retyped column changes the listing, and so does any table or view made or dropped.
@@ -280,6 +292,13 @@ class SparkEngine:
             return list(self._sql(f"SELECT * FROM {source}").columns)
         except PySparkException:
             raise PrivacyError(f"cannot read the columns of {source}") from None
+
+    def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
+        """Spark reads a path with the schema it infers (one group: the reader's paths)."""
+        source = source_sql(reader)
+        schema = zip(self.columns(source), self.types(f"SELECT * FROM {source}"), strict=True)
+        paths = tuple(p.name for p in reader_paths(reader.this))
+        return (FileGroup(paths, tuple(schema)),)
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         found: list[tuple[exp.Table, str | None]] = []

@@ -253,6 +253,8 @@ class Ledger:
                     self._migrate()
                 if "analysts" not in self._tables():
                     self._add_analysts()
+                if "columns" not in self._column_names("sources"):  # before files declared any
+                    self._execute(f"ALTER TABLE {SCHEMA}.sources ADD COLUMN columns VARCHAR")
                 state = self._state()
                 self._check_tail(state)
                 self._sources(state)
@@ -332,7 +334,7 @@ class Ledger:
             )
             con.execute(
                 f"CREATE TABLE {SCHEMA}.sources (name VARCHAR PRIMARY KEY, public BOOLEAN, "
-                "privacy_unit VARCHAR, bounds VARCHAR, keys VARCHAR)"
+                "privacy_unit VARCHAR, bounds VARCHAR, keys VARCHAR, columns VARCHAR)"
             )
             self._add_analysts()
             if self._key_file is None:  # in memory: no file another tool could open
@@ -359,15 +361,17 @@ class Ledger:
     def _has_delta_budget(self) -> bool:
         """Whether the budget row has the δ total and cap (ledgers written before δ was
         budgeted do not)."""
-        columns = {
+        return {"delta_total", "delta_cap"} <= self._column_names("budget")
+
+    def _column_names(self, table: str) -> set[str]:
+        return {
             name
             for (name,) in self._con.execute(
                 "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? "
-                "AND table_name = 'budget' AND database_name = current_database()",
-                [SCHEMA],
+                "AND table_name = ? AND database_name = current_database()",
+                [SCHEMA, table],
             ).fetchall()
         }
-        return {"delta_total", "delta_cap"} <= columns
 
     def _migrate(self) -> None:
         """Give a ledger written before δ was budgeted the default δ total and cap.
@@ -467,10 +471,13 @@ class Ledger:
         return self._mac("history", *fields, analyst)
 
     def _read_sources(self) -> list[list]:
+        """Each declaration's row, a file's columns last where it has them (a row without
+        is the one its MAC covered before files had declared columns)."""
         rows = self._con.execute(
-            f"SELECT name, public, privacy_unit, bounds, keys FROM {SCHEMA}.sources ORDER BY name"
+            f"SELECT name, public, privacy_unit, bounds, keys, columns FROM {SCHEMA}.sources "
+            "ORDER BY name"
         ).fetchall()
-        return [list(row) for row in rows]
+        return [list(row) if row[-1] is not None else list(row[:-1]) for row in rows]
 
     def _sources(self, state: LedgerState) -> list[list]:
         """The declarations, sorted by name, after checking them against ``state``."""
@@ -1035,7 +1042,7 @@ class Ledger:
                     f"{name} is already protected with privacy unit {current[0].privacy_unit}"
                 )
         row = (
-            [key, True, None, None, None]
+            [key, True, None, None, None, None]
             if protection is None
             else [
                 key,
@@ -1043,6 +1050,7 @@ class Ledger:
                 protection.privacy_unit,
                 json.dumps({c: list(b) for c, b in protection.bounds.items()}),
                 json.dumps({c: list(v) for c, v in protection.keys.items()}),
+                json.dumps([list(c) for c in protection.columns]) if protection.columns else None,
             ]
         )
         self._write(lambda: self._declare_once(row))
@@ -1050,7 +1058,7 @@ class Ledger:
     def _declare_once(self, row: list) -> None:
         state = self._state()
         self._sources(state)  # never re-seal declarations changed outside privsql
-        self._execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?)", row)
+        self._execute(f"INSERT OR REPLACE INTO {SCHEMA}.sources VALUES (?, ?, ?, ?, ?, ?)", row)
         fields = astuple(state)[:-2]  # all but declared and mac
         self._compare_and_set(state, self._sealed(*fields, self._declared(self._read_sources())))
 
@@ -1059,7 +1067,7 @@ class Ledger:
         with self._snapshot():
             rows = self._sources(self._state())
         result: dict[str, tuple[Protection | None, bool]] = {}
-        for name, public, unit, bounds, keys in rows:
+        for name, public, unit, bounds, keys, *columns in rows:
             if public:
                 result[name] = (None, True)
             else:
@@ -1068,6 +1076,7 @@ class Ledger:
                         unit,
                         {c: (b[0], b[1]) for c, b in json.loads(bounds).items()},
                         {c: tuple(v) for c, v in json.loads(keys).items()},
+                        tuple((n, t) for n, t in json.loads(columns[0])) if columns else (),
                     ),
                     False,
                 )

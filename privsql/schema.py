@@ -68,7 +68,7 @@ def schema_statement(statement: str, session: Session) -> Result | None:
     return Result(session.describe(described.group(1)))
 
 
-def describe(catalog: Catalog, engine: Engine, source: str) -> pa.Table:
+def describe(catalog: Catalog, source: str) -> pa.Table:
     """One row per column of ``source`` (a table, a view or ``read_parquet(...)``): its name,
     its DuckDB type and what the owner declared of it (``privacy``: ``public``, ``private``,
     ``privacy unit``, or ``private`` with the declared bounds and public keys)."""
@@ -79,7 +79,7 @@ def describe(catalog: Catalog, engine: Engine, source: str) -> pa.Table:
         catalog.tables or frozenset()
     ):
         raise UnknownName(_no_such_table(source, catalog))
-    columns = _columns(catalog, engine, table)
+    columns = _columns(catalog, table)
     if catalog.is_public(table):
         privacy = ["public"] * len(columns)
     else:
@@ -120,7 +120,7 @@ def tables(catalog: Catalog, engine: Engine) -> pa.Table:
     for schema, name, table in rows:
         protection = None if catalog.is_public(table) else catalog.protection(table)
         try:
-            columns = _columns(catalog, engine, table)
+            columns = _columns(catalog, table)
         except PrivacyError:  # a view over a CSV file, a declared file since deleted
             columns = []
         listing["schema"].append(schema)
@@ -144,13 +144,14 @@ def tables(catalog: Catalog, engine: Engine) -> pa.Table:
     )
 
 
-def _columns(catalog: Catalog, engine: Engine, table: exp.Table) -> list[tuple[str, str]]:
-    """Names and DuckDB types of a source's columns, read by binding it (no rows read)."""
+def _columns(catalog: Catalog, table: exp.Table) -> list[tuple[str, str]]:
+    """Names and DuckDB types of a source's columns, read by binding it (no rows read); a
+    file reader's are its schema (``rewriter.files``)."""
     _check_view_sources(table, catalog)
     sql = table.sql(dialect="duckdb")
     try:
-        names = engine.columns(sql)
-        kinds = engine.types(f"SELECT * FROM {sql}")
+        names = catalog.columns(sql)
+        kinds = catalog.types(f"SELECT * FROM {sql}")
     except PrivacyError:
         raise UnknownName(f"cannot read the schema of {sql}: no such table or file") from None
     return [(name, public_type(kind)) for name, kind in zip(names, kinds, strict=True)]

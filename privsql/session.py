@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 import udfs
 from privsql.accuracy import bounding_check, guessed_outputs, half_widths, ranges
@@ -48,6 +50,7 @@ from rewriter.compiler import (
 )
 from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
+from rewriter.files import Schema, reader_schema
 from rewriter.fingerprint import answer_spelling, fingerprint_sql
 from rewriter.generate import (
     RELEASED,
@@ -216,21 +219,44 @@ class Session:
         *,
         bounds: Mapping[str, Bounds] | None = None,
         keys: Keys | None = None,
+        columns: Mapping[str, str] | None = None,
     ) -> None:
         """Declare ``table`` private with its unit, optional column bounds and public key lists.
 
         ``table`` is a table or view, or a Parquet reader (``read_parquet('dir/*.parquet')``):
-        a query reading any of its files, however spelt, is then held to this declaration.
+        a query reading any of its files, however spelt, is then held to this declaration,
+        and reads every file with the declaration's columns and types — ``columns`` (name:
+        DuckDB type), else those the files share now (``rewriter.files``).
         """
         source = self._source_identity(table)
-        columns = {c.lower() for c in self._columns(table)}
+        if columns is not None and not source.startswith(FILE):
+            raise PrivacyError("columns= declares a file's schema; a table's is its own")
+        schema = self._file_schema(table, columns) if source.startswith(FILE) else ()
+        listed = [name for name, _ in schema] if schema else self._columns(table)
+        names = {name.lower() for name in listed}
         for name in [privacy_unit, *(bounds or {}), *(keys or {})]:
-            if name.lower() not in columns:
+            if name.lower() not in names:
                 raise PrivacyError(f"{name} is not a column of {table}")
         for column, (low, high) in (bounds or {}).items():
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
                 raise PrivacyError(f"bounds of {column} must be finite with low <= high")
-        self._ledger.declare(source, Protection(privacy_unit, dict(bounds or {}), dict(keys or {})))
+        protection = Protection(privacy_unit, dict(bounds or {}), dict(keys or {}), schema)
+        self._ledger.declare(source, protection)
+
+    def _file_schema(self, reader: str, columns: Mapping[str, str] | None) -> Schema:
+        """A file source's declared columns: ``columns`` with each type as DuckDB names it,
+        else the one schema its files share."""
+        if columns is None:
+            return reader_schema((), self._engine.file_groups(analyze_source(reader)))
+        schema = []
+        for name, kind in columns.items():
+            try:
+                spelt = exp.DataType.build(kind, dialect="duckdb").sql(dialect="duckdb")
+                (named,) = self._con.execute(f"SELECT typeof(CAST(NULL AS {spelt}))").fetchone()
+            except (sqlglot.errors.ParseError, ValueError, duckdb.Error):
+                raise PrivacyError(f"{kind!r} is not a DuckDB type") from None
+            schema.append((name, named))
+        return tuple(schema)
 
     @_one_at_a_time
     def public(self, table: str) -> None:
@@ -362,7 +388,7 @@ class Session:
     def describe(self, source: str) -> pa.Table:
         """The columns of a table, a view or a Parquet reader: name, DuckDB type and what the
         owner declared (``privacy``). Schemas are not private: free, reads no rows."""
-        return describe(self._catalog(), self._engine, source)
+        return describe(self._catalog(), source)
 
     @_one_at_a_time
     def tables(self) -> pa.Table:
@@ -452,7 +478,7 @@ class Session:
             data = repr(
                 engine.row(
                     fingerprint_sql(
-                        analysis.select, analysis.sources, catalog.columns, analysis.unit
+                        analysis.select, analysis.sources, catalog, analysis.unit
                     ),
                     secret,
                 )

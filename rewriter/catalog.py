@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from rewriter.errors import InvalidPrivacyUnit, StatementNotAllowed
+from rewriter.files import Schema
 
 Bounds = tuple[float, float]
 FILE = "file:"
@@ -40,6 +41,9 @@ class Protection:
     privacy_unit: str
     bounds: Mapping[str, Bounds] = field(default_factory=dict)
     keys: Mapping[str, Sequence[object]] = field(default_factory=dict)
+    columns: Schema = ()
+    """A file source's columns and types, as declared (``rewriter.files``); a table's
+    are the catalogue's."""
 
 
 def reader_paths(reader: exp.Func) -> list[exp.Expr]:
@@ -104,6 +108,9 @@ class Catalog:
     """Each view's definition (``CREATE VIEW ...``), by identity."""
     count_rows: Callable[[exp.Query], int] = lambda _: 0
     """The one number a query over public data only computes (``rewriter.fanout``)."""
+    read: Callable[[exp.Table], exp.Expr] = lambda source: source.copy()
+    """How the generated SQL reads a base source (without its alias): a file reader's
+    files read to its schema (``rewriter.files.conformed_read``)."""
     memo: dict[object, object] = field(default_factory=dict)
     """Results computed from this catalogue and a query's constants alone (a key list's
     cast values), kept for as long as the catalogue is (a new one starts empty)."""

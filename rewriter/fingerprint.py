@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
+from rewriter.catalog import Catalog
 from rewriter.dialect import PrivSQL
 from rewriter.resolve import IDENTITY
 
@@ -20,21 +21,21 @@ from rewriter.resolve import IDENTITY
 def fingerprint_sql(
     select: exp.Select,
     sources: Sequence[exp.Table],
-    columns: Callable[[str], Sequence[str]],
+    catalog: Catalog,
     unit: exp.Column,
 ) -> str:
-    """One statement returning one row: (rows, hash-sum) per source, in order."""
+    """One statement returning one row: (rows, hash-sum) per source, in order, each read
+    as the generated SQL reads it (``Catalog.read``)."""
     read = {c.name.lower() for c in select.find_all(exp.Column)} | {unit.name.lower()}
     parts = []
     for i, source in enumerate(sources):
         bare = source.copy()
         bare.set("alias", None)
-        text = bare.sql(dialect="duckdb")
-        used = [c for c in columns(text) if c.lower() in read]
+        used = [c for c in catalog.columns(bare.sql(dialect="duckdb")) if c.lower() in read]
         hashed = ", ".join(exp.to_identifier(c, quoted=True).sql() for c in used) or "1"
         parts.append(
             f"(SELECT count(*) || ':' || coalesce(sum(hash({hashed})::HUGEINT), 0) "
-            f"FROM {text}) AS s{i}"
+            f"FROM {catalog.read(bare).sql(dialect='duckdb')}) AS s{i}"
         )
     return "SELECT " + ", ".join(parts)
 

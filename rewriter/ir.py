@@ -90,6 +90,8 @@ class Source:
     unit: UnitColumn
     unit_name: str
     columns: tuple[str, ...]
+    read: exp.Expr
+    """What the generated SQL reads (``Catalog.read``), without an alias."""
     privacy = Privacy.UNIT_PRESERVING
 
 
@@ -300,7 +302,7 @@ class _Builder:
                 raise UnsupportedQuery(f"{label} cannot be read as a private source")
             refuse_unrepresented(item, SOURCE_ARGS)
             columns = tuple(self.catalog.columns(source_sql(item)))
-            return Source(item, label, unit, unit_name, columns)
+            return Source(item, label, unit, unit_name, columns, self.catalog.read(item))
         if isinstance(item, exp.Subquery):
             refuse_unrepresented(item, SUBQUERY_ARGS)
         else:
@@ -456,7 +458,7 @@ def _item(item: Item, cap: int | None) -> exp.Expr:
         return item.item.copy()
     alias = exp.TableAlias(this=exp.to_identifier(item.label))
     if isinstance(item, Source):
-        read: exp.Expr = item.table.copy()
+        read: exp.Expr = item.read.copy()
         read.set("alias", alias)
     else:
         read = exp.Subquery(this=_body(item.body), alias=alias)

@@ -130,7 +130,7 @@ TAMPERING = {
         "UPDATE __privsql.sources SET public = true, privacy_unit = NULL"
     ],
     "declaration deleted": ["DELETE FROM __privsql.sources"],
-    "declaration added": ["INSERT INTO __privsql.sources VALUES ('other', true, NULL, NULL, NULL)"],
+    "declaration added": ["INSERT INTO __privsql.sources (name, public) VALUES ('other', true)"],
     "budget row duplicated": [
         "INSERT INTO __privsql.budget SELECT 2, * EXCLUDE (id) FROM __privsql.budget"
     ],

@@ -1,0 +1,91 @@
+"""The columns a Parquet reader is read with, and the SQL that reads its files that way.
+
+A glob's files each carry their own schema in their footer, and DuckDB takes the first
+file's: a file whose writer inferred another type for a column (a text value where the
+others hold numbers, a column missing or added) would decide the columns every query sees,
+or fail the read for every file that disagrees (SPEC §2: a private source's schema never
+comes from its data). So a reader's schema is the owner's declaration (recorded by
+``protect`` from the files as the owner saw them, or named there) and every file is read
+*to* it: files are grouped by their footers' schemas (metadata, no row read), each group
+is read by itself — within a group no cast can fail — and its columns are converted to the
+declared types with ``TRY_CAST`` (a value that does not convert is NULL, a column a group
+lacks or holds as another nested type is NULL). Which rows a unit contributes and what
+each holds can change with its files; whether the query runs, and its columns, cannot.
+
+An undeclared reader (the owner's own session: SPEC's threat model makes no boundary
+against an analyst who can read the files) is read only when its files share one schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from rewriter.errors import UnsupportedQuery
+
+Schema = tuple[tuple[str, str], ...]
+"""Column names and DuckDB types, in order."""
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Files whose footers give one schema (read together, they never need a cast)."""
+
+    files: tuple[str, ...]
+    schema: Schema
+
+
+def reader_schema(declared: Schema, groups: Sequence[FileGroup]) -> Schema:
+    """The schema a reader is read with: the declared one, else its files' shared one."""
+    if declared:
+        return declared
+    if len({group.schema for group in groups}) > 1:
+        raise UnsupportedQuery(
+            "the files this reader names do not share one schema: the data owner can "
+            "declare them with protect(..., columns={...}) to read them all with it"
+        )
+    return groups[0].schema if groups else ()
+
+
+def conformed_read(reader: exp.Table, schema: Schema, groups: Sequence[FileGroup]) -> exp.Expr:
+    """``reader`` (without its alias) reading its files with ``schema``: the reader itself
+    where its files' one schema is ``schema``, else a union of one read per group."""
+    if not groups or (len(groups) == 1 and groups[0].schema == schema):
+        bare = reader.copy()  # no files: the reader's own error, as for any missing file
+        bare.set("alias", None)
+        return bare
+    reads = [_group_read(reader.this, schema, group) for group in groups]
+    union: exp.Query = reads[0]
+    for read in reads[1:]:
+        union = exp.Union(this=union, expression=read, distinct=False)
+    return exp.Subquery(this=union)
+
+
+def _group_read(reader: exp.Func, schema: Schema, group: FileGroup) -> exp.Select:
+    found = {name.lower(): kind for name, kind in group.schema}
+    options = [a.copy() for a in reader.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
+    files = exp.Array(expressions=[exp.Literal.string(f) for f in group.files])
+    read = exp.Table(this=exp.ReadParquet(expressions=[files, *options]))
+    columns = [_converted(name, kind, found.get(name.lower())) for name, kind in schema]
+    return exp.select(*columns).from_(read)
+
+
+def _converted(name: str, kind: str, found: str | None) -> exp.Expr:
+    """Column ``name`` of one group as type ``kind`` (``found``: its type there, if any)."""
+    target = exp.DataType.build(kind, dialect="duckdb")
+    column = exp.column(name, quoted=True)
+    if found is None:
+        value: exp.Expr = exp.Cast(this=exp.null(), to=target)
+    elif found == kind:
+        value = column
+    elif _nested(kind) or _nested(found):
+        value = exp.Cast(this=exp.null(), to=target)
+    else:
+        value = exp.TryCast(this=column, to=target)
+    return exp.alias_(value, name, quoted=True)
+
+
+def _nested(kind: str) -> bool:
+    return exp.DataType.build(kind, dialect="duckdb").is_type(*exp.DataType.NESTED_TYPES)

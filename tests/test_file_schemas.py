@@ -1,0 +1,165 @@
+"""A Parquet glob is read with its declared schema, whatever one unit's file holds.
+
+DuckDB takes a glob's schema from its first file and fails the read when another file
+disagrees; with one file per unit (or per batch, types inferred from its values) one unit
+decided the columns of every query or made it fail (red team 8). privsql reads every file
+*to* the declared schema (``rewriter.files``), so whether a query runs, its columns and
+what it costs do not change with such a file; an undeclared glob whose files disagree is
+refused from their footers alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import privsql
+from privsql.ledger import LedgerCorrupted
+
+GOOD = "SELECT {unit} AS u, (r % 7)::DOUBLE AS x, 'n' || r AS s FROM range(6) t(r)"
+HOSTILE = {
+    "text": "SELECT 900 AS u, 'zz' AS x, 's' AS s",
+    "numeric text": "SELECT 900 AS u, '3.5' AS x, 's' AS s",
+    "struct": "SELECT 900 AS u, {'q': 1} AS x, 's' AS s",
+    "list": "SELECT 900 AS u, [1.5, 2.5] AS x",
+    "no such column": "SELECT 900 AS u, 1.0 AS y",
+    "unit as text": "SELECT 'ZQX' AS u, 1.0 AS x",
+    "no unit": "SELECT 2.0 AS x",
+    "extra column": "SELECT 900 AS u, 1.0 AS x, 's' AS s, 42 AS extra",
+}
+QUERY = (
+    "SELECT COUNT(*) AS n, SUM(x CLAMPED BETWEEN 0 AND 6) AS total "
+    "FROM read_parquet('{glob}') PRIVACY_UNIT u BOUND ROWS 1 EPSILON 100000"
+)
+
+
+def write(path: Path, select: str) -> None:
+    duckdb.connect().execute(f"COPY ({select}) TO '{path}'")
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for unit in range(30):
+        write(folder / f"m{unit:02d}.parquet", GOOD.format(unit=unit))
+    return folder
+
+
+def declared(folder: Path, **given) -> privsql.Session:
+    db = privsql.connect(budget=1e6, seed=11, insecure=True, **given)
+    db.protect(f"read_parquet('{folder}/*.parquet')", privacy_unit="u")
+    return db
+
+
+def answer(db: privsql.Session, folder: Path) -> tuple[list[str], tuple]:
+    result = db.sql(QUERY.format(glob=f"{folder}/*.parquet"))
+    return result.columns, result.fetchall()[0]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE.values(), ids=HOSTILE.keys())
+@pytest.mark.parametrize("name", ["a_first.parquet", "z_last.parquet"])
+@pytest.mark.parametrize("restricted", [False, True], ids=["owner", "declared files only"])
+def test_one_units_file_moves_a_declared_glob_only_by_its_contribution(
+    files, hostile, name, restricted
+):
+    db = declared(files, declared_files_only=restricted)
+    without = answer(db, files)
+    write(files / name, hostile)
+    columns, (count, total) = answer(db, files)
+    assert columns == without[0]
+    # at ε = 10^5 (noise ~10^-4) the answers differ by the unit's bounded contribution only
+    assert abs(count - without[1][0]) <= 1.01
+    assert abs(total - without[1][1]) <= 6.01
+
+
+def test_the_declared_types_convert_what_converts(files):
+    db = declared(files)
+    write(files / "a_first.parquet", HOSTILE["numeric text"])
+    rows = db.sql(
+        f"SELECT COUNT(x) AS n FROM read_parquet('{files}/*.parquet') WHERE x = 3.5 "
+        "PRIVACY_UNIT u BOUND ROWS 1 EPSILON 1000"
+    ).fetchall()
+    assert rows[0][0] == pytest.approx(1, abs=0.05)  # ε = 1000: the one row, read as DOUBLE
+
+
+def test_describe_shows_the_declared_schema(files):
+    db = declared(files)
+    write(files / "a_first.parquet", HOSTILE["struct"])
+    described = db.sql(f"DESCRIBE read_parquet('{files}/*.parquet')").fetchall()
+    assert [(name, kind) for name, kind, _ in described] == [
+        ("u", "INTEGER"),
+        ("x", "DOUBLE"),
+        ("s", "VARCHAR"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["a_first.parquet", "z_last.parquet"])
+def test_an_undeclared_glob_whose_files_disagree_is_refused_from_footers(files, name):
+    db = privsql.connect(budget=10)
+    write(files / name, HOSTILE["text"])
+    with pytest.raises(privsql.PrivacyError, match="do not share one schema") as refused:
+        db.sql(QUERY.format(glob=f"{files}/*.parquet").replace("EPSILON 100000", "EPSILON 1"))
+    assert "zz" not in str(refused.value)
+    assert db.budget.spent == 0
+
+
+def test_the_owner_names_the_columns_of_files_that_disagree(files):
+    write(files / "a_first.parquet", HOSTILE["text"])
+    db = privsql.connect(budget=1e6, seed=11, insecure=True)
+    reader = f"read_parquet('{files}/*.parquet')"
+    with pytest.raises(privsql.PrivacyError, match="columns="):
+        db.protect(reader, privacy_unit="u")
+    db.protect(reader, privacy_unit="u", columns={"u": "BIGINT", "x": "double", "s": "TEXT"})
+    described = db.sql(f"DESCRIBE {reader}").fetchall()
+    assert [(name, kind) for name, kind, _ in described] == [
+        ("u", "BIGINT"),
+        ("x", "DOUBLE"),
+        ("s", "VARCHAR"),
+    ]
+    count, _ = answer(db, files)[1]
+    assert count == pytest.approx(31, abs=0.05)
+
+
+def test_columns_are_only_declared_for_files_and_as_types(files):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS u")
+    db = privsql.connect(con, budget=10)
+    with pytest.raises(privsql.PrivacyError, match="file"):
+        db.protect("t", privacy_unit="u", columns={"u": "INTEGER"})
+    with pytest.raises(privsql.PrivacyError, match="not a DuckDB type"):
+        db.protect(
+            f"read_parquet('{files}/*.parquet')", privacy_unit="u", columns={"u": "NO SUCH"}
+        )
+
+
+def test_declared_columns_are_kept_and_sealed_in_the_ledger(files, tmp_path):
+    path = str(tmp_path / "owner.duckdb")
+    db = privsql.connect(path, budget=10)
+    db.protect(f"read_parquet('{files}/*.parquet')", privacy_unit="u")
+    db.close()
+    again = privsql.connect(path)
+    write(files / "a_first.parquet", HOSTILE["text"])
+    described = again.sql(f"DESCRIBE read_parquet('{files}/*.parquet')").fetchall()
+    assert [kind for _, kind, _ in described] == ["INTEGER", "DOUBLE", "VARCHAR"]
+    again.close()
+    con = duckdb.connect(path)
+    con.execute("UPDATE __privsql.sources SET columns = '[[\"u\", \"VARCHAR\"]]'")
+    con.close()
+    with pytest.raises(LedgerCorrupted):
+        privsql.connect(path).sql(f"DESCRIBE read_parquet('{files}/*.parquet')")
+
+
+def test_a_ledger_from_before_declared_columns_opens_unchanged(tmp_path):
+    path = str(tmp_path / "old.duckdb")
+    db = privsql.connect(path, budget=10)
+    db._con.execute("CREATE TABLE t AS SELECT 1 AS u")
+    db.protect("t", privacy_unit="u")
+    db.close()
+    con = duckdb.connect(path)
+    con.execute("ALTER TABLE __privsql.sources DROP COLUMN columns")
+    con.close()
+    reopened = privsql.connect(path)
+    assert reopened.sql("SELECT COUNT(*) FROM t PRIVACY_UNIT u EPSILON 1").epsilon == 1
