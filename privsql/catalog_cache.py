@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from privsql.engines import Engine
 from privsql.ledger import Ledger, database_path
-from rewriter.catalog import FILE, Catalog, identity
+from rewriter.catalog import FILE, Catalog, identity, public_type
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.files import Schema, conformed_read, reader_schema
 from rewriter.relations import source_sql
@@ -105,7 +105,7 @@ class CatalogCache:
         return replace(
             catalog,
             columns=lambda source: self._columns(source, reading),
-            types=lambda statement: self._types(statement, reading),
+            types=lambda statement: [public_type(k) for k in self._types(statement, reading)],
             evaluate=lambda statement: _evaluate(self._con, _conformed(statement, reading)),
             read=lambda source: _read(source, reading),
         )

@@ -86,7 +86,9 @@ class Catalog:
     names (its globs expanded), so that a declared file is found however a query spells it.
     ``aggregates`` names every aggregate function the engine knows, so that an aggregate
     sqlglot does not model is still recognised (and refused). ``types`` gives the column
-    types of a statement by binding it (schema only, no rows read); ``evaluate`` runs a
+    types of a statement by binding it (schema only, no rows read), every ENUM in them as
+    VARCHAR (``public_type``: its members are data, and a type the rewriter knows is a type
+    it may print, in a message or in the SQL ``explain`` shows); ``evaluate`` runs a
     statement that reads no source at all (a key list's casts).
     """
 

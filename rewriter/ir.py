@@ -360,11 +360,34 @@ class _Builder:
         DuckDB can join on it by hash and push each guarded conjunct down on its own."""
         parts = []
         for conjunct in _conjuncts(node):
-            if self.same_type(conjunct, select):
+            if self.relations.joins_units(conjunct, select):
+                parts.append(self.unit_equality(conjunct, select))
+            elif self.same_type(conjunct, select):
                 parts.append(conjunct.copy())
             else:
                 parts.append(condition(conjunct))
         return exp.and_(*parts)
+
+    def unit_equality(self, node: exp.EQ, select: exp.Select) -> exp.Expr:
+        """Two items' unit columns compared as one identity: an equality DuckDB makes
+        coarser — a cast that rounds (BIGINT against DOUBLE: 2^60 + k are one DOUBLE for
+        k < 128), a collation (``NOCASE`` on either side) — would pair one unit's rows with
+        other units' and move a count by hundreds (red team 12). Unit columns must be of one
+        type, or integers that DuckDB compares exactly; text compares byte for byte
+        (``COLLATE POSIX``), whatever collation either column has."""
+        origins = [self.relations.origin(s, select) for s in (node.this, node.expression)]
+        kinds = None
+        if origins[0] is not None and origins[1] is not None:
+            kinds = self.types_of(origins[0], origins[1])
+        if kinds is None or not _exactly_comparable(*kinds):
+            shown = " and ".join(kinds) if kinds else "unknown types"
+            raise UnsupportedQuery(
+                f"the privacy unit is joined between columns of {shown}: join unit columns "
+                "of one type (DuckDB's equality between others can make distinct units equal)"
+            )
+        if exp.DataType.build(kinds[0], dialect="duckdb").is_type(*exp.DataType.TEXT_TYPES):
+            return exp.EQ(this=_binary(node.this), expression=_binary(node.expression))
+        return node.copy()
 
     def same_type(self, node: exp.Expr, select: exp.Select) -> bool:
         """Whether ``node`` is an equality of two columns that pass base columns of one
@@ -405,6 +428,22 @@ class _Builder:
         except PrivacyError:
             return None
         return (found[0], found[1]) if len(found) == 2 else None
+
+
+EXACT_INTEGERS = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
+    | {"UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
+)
+"""Integer types DuckDB compares with one another in a type that holds both (UHUGEINT
+against any other is compared as DOUBLE)."""
+
+
+def _exactly_comparable(first: str, second: str) -> bool:
+    return first == second or {first, second} <= EXACT_INTEGERS
+
+
+def _binary(column: exp.Expr) -> exp.Expr:
+    return exp.Collate(this=column.copy(), expression=exp.Var(this="POSIX"))
 
 
 def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:

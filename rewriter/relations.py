@@ -385,6 +385,21 @@ class Relations:
     def _is_unit(self, item: exp.Expr, name: str) -> bool:
         return self.linked.get(id(item), "").lower() == name.lower()
 
+    def joins_units(self, node: exp.Expr, select: exp.Select) -> bool:
+        """Whether ``node`` equates the unit columns of two private items of ``select``."""
+        if not isinstance(node, exp.EQ):
+            return False
+        sides = [node.this, node.expression]
+        if not all(isinstance(side, exp.Column) for side in sides):
+            return False
+        found = [self._side(side, select) for side in sides]
+        return (
+            found[0] is not None
+            and found[1] is not None
+            and found[0][0] is not found[1][0]
+            and all(self.is_private(item) and self._is_unit(item, name) for item, name in found)
+        )
+
     def is_unit(self, column: exp.Column) -> bool:
         """Whether a column of the outer SELECT is the unit the query names.
 

@@ -842,6 +842,29 @@ def test_enum_members_are_data_and_never_shown(tmp_path: Path) -> None:
     assert PLANTED not in shown and "VARCHAR" in shown
 
 
+@pytest.mark.parametrize("hostile", [False, True], ids=["D", "D+u"])
+def test_a_key_list_never_shows_or_tests_enum_members(hostile: bool) -> None:
+    """A key list is cast to its column's type as the rewriter knows it, VARCHAR for an
+    ENUM: cast to the ENUM itself, a value outside it was refused with the member list in
+    the message (and in explain()'s SQL), and whether a value was a member — whether some
+    unit held it — decided refused or answered (red team 12)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT i % 20 AS user_id, 'note ' || i % 5 AS note "
+                "FROM range(200) r(i)")
+    if hostile:
+        con.execute(f"INSERT INTO events VALUES (99, '{PLANTED}'), (98, 'HOSTILE-ONLY')")
+    con.execute("CREATE TYPE notes AS ENUM (SELECT DISTINCT note FROM events ORDER BY note)")
+    con.execute("CREATE TABLE visits AS SELECT user_id, note::notes AS d FROM events")
+    session = privsql.connect(con, budget=10, seed=7, insecure=True)
+    session.protect("visits", privacy_unit="user_id")
+    sql = "SELECT d, COUNT(*) AS n FROM visits GROUP BY d PRIVACY_UNIT user_id BOUND ROWS 1"
+    for keys in (["?"], ["HOSTILE-ONLY", "note 1"]):
+        result = session.sql(f"{sql} EPSILON 0.5", keys={"d": keys})
+        assert sorted(row[0] for row in result.fetchall()) == sorted(keys)
+        assert str(result.arrow().schema.field("d").type) == "string"
+        shown = str(session.explain(sql, keys={"d": keys}))
+        assert PLANTED not in shown and "note 3" not in shown
+
 
 def test_a_key_list_reads_no_row_of_its_source() -> None:
     """The key list is compared under its key's own collation by a statement over the
