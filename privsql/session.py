@@ -223,12 +223,17 @@ class Session:
     ) -> None:
         """Declare ``table`` private with its unit, optional column bounds and public key lists.
 
-        ``table`` is a table or view, or a Parquet reader (``read_parquet('dir/*.parquet')``):
+        ``table`` is a table, or a Parquet reader (``read_parquet('dir/*.parquet')``):
         a query reading any of its files, however spelt, is then held to this declaration,
         and reads every file with the declaration's columns and types — ``columns`` (name:
         DuckDB type), else those the files share now (``rewriter.files``).
         """
         source = self._source_identity(table)
+        if source in self._catalog().views:
+            raise PrivacyError(
+                f"{table} is a view: a query reads it as the query it is (compiled and "
+                "guarded like the analyst's SQL), so declare the tables it reads instead"
+            )
         if columns is not None and not source.startswith(FILE):
             raise PrivacyError("columns= declares a file's schema; a table's is its own")
         schema = self._file_schema(table, columns) if source.startswith(FILE) else ()

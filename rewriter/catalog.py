@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from rewriter.errors import InvalidPrivacyUnit, StatementNotAllowed
+from rewriter.errors import InvalidPrivacyUnit, StatementNotAllowed, UnsupportedQuery
 from rewriter.files import Schema
 
 Bounds = tuple[float, float]
@@ -118,11 +118,20 @@ class Catalog:
     cast values), kept for as long as the catalogue is (a new one starts empty)."""
 
     def view(self, source: exp.Table) -> str | None:
-        """The definition of an undeclared view, which a query reads as the query it is;
-        a view the owner declared is a source of its own, governed by its declaration."""
+        """The definition of a view, which a query reads as the query it is (compiled and
+        guarded like the analyst's own SQL); a view declared public is read as it is.
+
+        A view declared private (ledgers from before ``protect`` refused views) is refused:
+        read as a source of its own, its definition ran unguarded, so a cast that fails on
+        one unit's value failed the query (red team 12)."""
         name = self.identity(source)
-        if isinstance(source.this, exp.Func) or name in self.protected or name in self.public:
+        if isinstance(source.this, exp.Func) or name in self.public:
             return None
+        if name in self.protected and name in self.views:
+            raise UnsupportedQuery(
+                f"{name} is a view declared private: views are read as the queries they "
+                "are; the data owner declares the tables it reads instead"
+            )
         return self.views.get(name)
 
     def identity(self, source: exp.Table) -> str:

@@ -15,6 +15,7 @@ import pytest
 
 import privsql
 from privsql import PrivacyError
+from rewriter.catalog import Protection
 
 PLANTED = "zq_planted_secret_9431"
 HEAVY = 500
@@ -796,12 +797,22 @@ def test_a_view_that_renames_a_column_to_the_unit_is_a_unit_swap(db: privsql.Ses
         assert db.sql(sql).fetchall()[0][0] < 30  # 21 users, one row each
 
 
-def test_a_declared_view_is_governed_by_its_declaration(db: privsql.Session) -> None:
-    db._con.execute("CREATE VIEW notes AS SELECT user_id, note FROM ratings")
-    db.protect("notes", privacy_unit="user_id")
-    r = db.sql("SELECT COUNT(*) FROM notes PRIVACY_UNIT user_id BOUND ROWS 1 EPSILON 1000")
-    assert r.fetchall()[0][0] < 30
-    assert refused(db, "SELECT COUNT(*) FROM notes PRIVACY_UNIT note").rule == "privacy-unit"
+def test_a_view_is_never_a_private_source_of_its_own(db: privsql.Session) -> None:
+    """A view declared private was read as a source, its definition unguarded: a cast in it
+    failing on one unit's value failed the query, for free (red team 12). Views are read
+    as the queries they are, so protect() refuses them, and one declared private in an
+    older ledger is refused, not read."""
+    db._con.execute(
+        "CREATE VIEW notes AS SELECT user_id, note, CAST(rating * 100 AS TINYINT) AS y "
+        "FROM ratings"
+    )
+    with pytest.raises(privsql.PrivacyError, match="is a view"):
+        db.protect("notes", privacy_unit="user_id")
+    r = db.sql("SELECT COUNT(*) FROM notes WHERE y > 0 PRIVACY_UNIT user_id BOUND ROWS 1 "
+               "EPSILON 1000")
+    assert r.fetchall()[0][0] < 30  # read as its query: the cast is guarded
+    db._ledger.declare("notes", Protection("user_id"))
+    assert refused(db, "SELECT COUNT(*) FROM notes PRIVACY_UNIT user_id").rule == "unsupported"
 
 
 DATA_BOUNDS = [
