@@ -17,7 +17,10 @@ searches, release):
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from exact_release import IDENTITY, install
 from sqlglot import exp, parse_one
 from test_accepted_shapes import SHAPES, TABLES
 
@@ -118,9 +121,9 @@ def placeholder(search: Search, decided: Decided) -> Decided:
     return Decided(decided.bounds, decided.spent, decided.groups, caps=caps)
 
 
-def statements(analysis: Analysis) -> list[tuple[str, str]]:
+def statements(analysis: Analysis, **settings) -> list[tuple[str, str]]:
     """Every statement the query runs, as (step, SQL): the searches, then the release."""
-    final, searches = compile_all(analysis, **SETTINGS, decide=placeholder)
+    final, searches = compile_all(analysis, **(SETTINGS | settings), decide=placeholder)
     assert final.stages is not None
     return [(s.step, s.statement) for s in searches] + [("release", final.stages.statement())]
 
@@ -212,3 +215,55 @@ def test_each_expression_occurs_once_in_every_accepted_shape(visits, sql, keys, 
     if "{other}" in sql:
         pytest.skip("reads a Parquet file written by test_accepted_shapes")
     assert_each_once(analyze(sql, visits._catalog(), keys))
+
+
+COUNTED = [
+    "SELECT AVG(length(note) CLAMPED BETWEEN 0 AND 10), VARIANCE(length(note) CLAMPED BETWEEN "
+    "0 AND 10), MEDIAN(length(note) CLAMPED BETWEEN 0 AND 10), COUNT(length(note)) "
+    f"FROM notes WHERE rating > 1 PRIVACY_UNIT uid {bound}"
+    for bound in ("BOUND ROWS 3", "BOUND WEIGHTS 3", "", "BOUND WEIGHTS AUTO MAX_GROUPS AUTO")
+] + [
+    "SELECT item % 3 AS k, SUM(length(note)), QUANTILE(length(note), 0.2) FROM notes "
+    "WHERE rating > 1 GROUP BY item % 3 PRIVACY_UNIT uid BOUND AUTO MAX_GROUPS AUTO",
+    "SELECT AVG(length(note) CLAMPED BETWEEN 0 AND 10), COUNT(length(note)) FROM notes "
+    "WHERE rating > 1 PRIVACY_UNIT uid BOUND CLIP",
+]
+"""Queries whose only call of ``length`` is one argument, however many aggregates use it."""
+
+
+@pytest.fixture(scope="module")
+def counting() -> tuple[privsql.Session, duckdb.DuckDBPyConnection, list[int]]:
+    """``notes`` with the identity release functions and ``counted``, a ``length`` that
+    counts the rows it is called on; DuckDB's elimination of common subexpressions is off,
+    so that what is counted is what the SQL spells, whatever the engine's optimiser does."""
+    con = duckdb.connect()
+    con.execute(NOTES)
+    con.execute("SET disabled_optimizers = 'common_subexpressions'")
+    install(con)
+    calls = [0]
+
+    def counted(values: pa.Array) -> pa.Array:
+        calls[0] += len(values)
+        return pc.utf8_length(values)
+
+    con.create_function(
+        "counted", counted, [duckdb.sqltype("VARCHAR")], duckdb.sqltype("BIGINT"), type="arrow"
+    )
+    return privsql.connect(con, budget=100), con, calls
+
+
+@pytest.mark.parametrize("sql", COUNTED)
+def test_duckdb_runs_each_argument_once_per_row_read(counting, sql) -> None:
+    """Every statement calls the argument's function once per row it reads (or never, when
+    it needs no value: DuckDB drops unused columns) — the clamp, the square, the count,
+    the histogram, the bounds search and a re-read of the rows add no call."""
+    db, con, calls = counting
+    rows = con.execute("SELECT count(*) FROM notes WHERE rating > 1").fetchone()[0]
+    keys = {"k": [0, 1, 2]} if "GROUP BY" in sql else None
+    done = statements(analyze(sql, db._catalog(), keys), functions=IDENTITY)
+    for step, statement in done:
+        assert statement.count("LENGTH(") == 1, step
+        calls[0] = 0
+        counted = statement.replace("LENGTH(", "counted(")
+        con.execute(counted, {"privsql_secret": 7} if "$privsql_secret" in counted else None)
+        assert calls[0] in ((0, rows) if step != "release" else (rows,)), (step, calls[0])
