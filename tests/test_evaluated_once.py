@@ -231,14 +231,15 @@ COUNTED = [
 """Queries whose only call of ``length`` is one argument, however many aggregates use it."""
 
 
-@pytest.fixture(scope="module")
-def counting() -> tuple[privsql.Session, duckdb.DuckDBPyConnection, list[int]]:
+@pytest.fixture(scope="module", params=["common_subexpressions", ""], ids=["no-cse", "default"])
+def counting(request) -> tuple[privsql.Session, duckdb.DuckDBPyConnection, list[int]]:
     """``notes`` with the identity release functions and ``counted``, a ``length`` that
-    counts the rows it is called on; DuckDB's elimination of common subexpressions is off,
-    so that what is counted is what the SQL spells, whatever the engine's optimiser does."""
+    counts the rows it is called on; with DuckDB's elimination of common subexpressions
+    off, what is counted is what the SQL spells, whatever the engine's optimiser does (and
+    with every optimiser on, what runs by default)."""
     con = duckdb.connect()
     con.execute(NOTES)
-    con.execute("SET disabled_optimizers = 'common_subexpressions'")
+    con.execute(f"SET disabled_optimizers = '{request.param}'")
     install(con)
     calls = [0]
 
