@@ -5,7 +5,8 @@ hands each exact measurement to the release functions the caller names, and runs
 the analyst's post-processing (output arithmetic, HAVING, ORDER BY, LIMIT) on the
 released values only. Its stages, as CTEs:
 
-``source``   one line per private row: unit, keys, gridded values (NULL units dropped)
+``source``   one line per private row: unit, keys, gridded values (NULL units dropped),
+             each expression the analyst wrote evaluated once per row (``_rows``)
 ``cells``    per (unit, group): row count and sums                 — one pass, no sort
 ``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key) (when no unit
              can touch more than ``m`` groups, the cells stage itself, under this name)
