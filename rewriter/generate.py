@@ -5,7 +5,8 @@ hands each exact measurement to the release functions the caller names, and runs
 the analyst's post-processing (output arithmetic, HAVING, ORDER BY, LIMIT) on the
 released values only. Its stages, as CTEs:
 
-``source``   one line per private row: unit, keys, gridded values (NULL units dropped)
+``source``   one line per private row: unit, keys, gridded values (NULL units dropped),
+             each expression the analyst wrote evaluated once per row (``_rows``)
 ``cells``    per (unit, group): row count and sums                 — one pass, no sort
 ``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key) (when no unit
              can touch more than ``m`` groups, the cells stage itself, under this name)
@@ -388,14 +389,44 @@ def _double_of(argument: exp.Expr) -> exp.Expr:
 
 def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[str]) -> str:
     """The ``__source`` stage: unit, keys and row values of each private row, compiled from
-    the query's IR (``rewriter.ir``) with every row-level expression guarded."""
-    projection = [exp.alias_(never_raise(analysis.unit), "__unit")]
-    projection += [
-        exp.alias_(never_raise(k.expression), n)
-        for k, n in zip(analysis.keys if keys else (), keys, strict=True)
+    the query's IR (``rewriter.ir``) with every row-level expression guarded.
+
+    It has two layers, so that each expression the analyst wrote runs once per row
+    (docs/privacy.md section 8): the inner one (``private_rows``) reads the rows, filters
+    them and projects the unit, each key and each distinct aggregate argument, guarded,
+    under a name of its own; the outer one builds the row values (clamps, grids, squares,
+    0/1 indicators, buckets) from those names only. A row value spelling its argument
+    twice, or two aggregates of one argument, then read a column, not the argument again.
+    """
+    projected = [
+        (k.expression, n) for k, n in zip(analysis.keys if keys else (), keys, strict=True)
     ]
-    projection += [exp.alias_(never_raise(v), n) for v, n in zip(row_values, values, strict=True)]
-    return _sql(private_rows(analysis.rows, projection, analysis.unit, list(analysis.ctes)))
+    arguments = [a.argument for a in analysis.aggregates if a.argument is not None]
+    projected += [(a, f"__a{i}") for i, a in enumerate(arguments)]
+    names: dict[exp.Expr, str] = {}
+    for node, name in projected:
+        names.setdefault(node, name)
+    read: set[str] = set(keys)
+
+    def reading(node: exp.Expr) -> exp.Expr:
+        name = names.get(node)
+        if name is None:
+            return node
+        read.add(name)
+        return column(name, ROW)
+
+    outer = [column("__unit", ROW), *(named(column(k, ROW), k) for k in keys)]
+    outer += [
+        named(never_raise(v.transform(reading)), n) for v, n in zip(row_values, values, strict=True)
+    ]
+    inner = [exp.alias_(never_raise(analysis.unit), "__unit")]
+    inner += [exp.alias_(never_raise(node), n) for node, n in projected if n in read]
+    rows = private_rows(analysis.rows, inner, analysis.unit, list(analysis.ctes))
+    return _sql(select(outer, derived(rows, ROW)))
+
+
+ROW = "__row"
+"""The inner layer of ``__source``: one row per private row, each analyst expression once."""
 
 
 def _cells(layout: Layout) -> exp.Select:

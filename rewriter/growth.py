@@ -67,18 +67,14 @@ PRIVATE_STATEMENTS (10⁴ in one let a 9 000-character LIKE pattern cost 0.55 s 
 
 PRIVATE_STATEMENTS = 4
 """How many statements of one query read the private rows, at most (the bounds search, the
-group-cap search, the row-cap search and the release): each evaluates the WHERE, the keys
-and the joins again, so their work counts this many times (red team 11: 85× slower on one
-unit's rows under BOUND AUTO, where one statement was counted). Memory is not multiplied:
-the statements run one after another."""
-
-AGGREGATE_EVALUATIONS = 10
-"""How many times the generated statements evaluate a DP aggregate's argument per row, at
-most: twice in its clamp onto the grid (the rounded value is tested for NULL, then
-clamped), a VARIANCE's square twice more over the centred value (4), its count once, and
-twice in the bounds search (NaN test, value) — up to 9 (red team 9 timed 9.4× one pass for
-a VARIANCE under AUTO). Values and work inside a DP aggregate's argument count this many
-times towards the totals; through a derived table's column they are evaluated once."""
+group-cap search, the row-cap search and the release): each evaluates the WHERE, the keys,
+the joins and the DP aggregates' arguments again, so their work counts this many times (red
+team 11: 85× slower on one unit's rows under BOUND AUTO, where one statement was counted).
+Within one statement each node runs once per row: an argument the statement clamps,
+squares, counts and buckets is projected once and read as a column (``generate._rows``,
+``tests/test_evaluated_once.py``; red team 9 had timed a VARIANCE of a regex at 7–9× one
+pass when each use spelled it again). Memory is not multiplied: the statements run one
+after another."""
 
 MAX_PROGRAM = 10_000
 """The largest program (``program``) one pattern over private data may compile to."""
@@ -140,14 +136,8 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
     for scope in root.traverse():
         for part in _parts(scope.expression):
             sizes.of(part, scope)
-    repeated = {
-        id(node)
-        for aggregate in query.find_all(exp.AggFunc)
-        if aggregate.parent_select is query
-        for node in aggregate.walk()
-    }
-    created = _total(sizes.created, repeated, 1)
-    work = _total(sizes.work, repeated, PRIVATE_STATEMENTS)
+    created = sum(sizes.created.values(), NOTHING)
+    work = sum(sizes.work.values(), NOTHING).times(PRIVATE_STATEMENTS)
     if created.factor > MAX_TOTAL_FACTOR or created.constant > MAX_CONSTANT:
         raise UnsupportedQuery(
             "the query could build far more per row than the rows it reads; privsql bounds "
@@ -189,16 +179,6 @@ def _cast_to_scalar(node: exp.Expr) -> bool:
     return isinstance(node, (exp.Cast, exp.TryCast)) and not node.to.is_type(
         *exp.DataType.TEXT_TYPES
     )
-
-
-def _total(sizes: dict[int, Size], repeated: set[int], others: int) -> Size:
-    """The sum of ``sizes``: those of the nodes in ``repeated`` AGGREGATE_EVALUATIONS times,
-    the others ``others`` times."""
-    counted = (
-        size.times(AGGREGATE_EVALUATIONS if node in repeated else others)
-        for node, size in sizes.items()
-    )
-    return sum(counted, NOTHING)
 
 
 def _parts(query: exp.Expr) -> list[exp.Expr]:
