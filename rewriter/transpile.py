@@ -198,7 +198,15 @@ def _scaled_quotient(value: exp.Expr, scale: exp.Expr, divisor: exp.Expr) -> exp
     )
 
 
-SPARK_REWRITES = (_guard, _exact_quotient, _exact_sum, _function, _type)
+def _collation(node: exp.Expr) -> exp.Expr:
+    """DuckDB's byte-for-byte collation (``POSIX``: how units are joined) is Spark's
+    ``UTF8_BINARY``."""
+    if isinstance(node, exp.Collate) and node.expression.name.upper() == "POSIX":
+        return exp.Collate(this=node.this, expression=exp.Var(this="UTF8_BINARY"))
+    return node
+
+
+SPARK_REWRITES = (_guard, _exact_quotient, _exact_sum, _function, _type, _collation)
 """The rewrites, in order: each pass rewrites one kind of node (a pass does not revisit
 what it produced)."""
 

@@ -358,3 +358,20 @@ def test_files_are_read_only_with_string_partition_columns(spark, data):
         assert db.budget.spent == 0
     finally:
         spark.conf.set(PARTITION_TYPE_INFERENCE, "false")
+
+
+def test_text_units_join_byte_for_byte(spark):
+    """A join on a text unit compares it byte for byte (``COLLATE POSIX`` on DuckDB, which
+    Spark spells ``UTF8_BINARY``): the join runs, and 'User1' is not 'user1'."""
+    names = [f"user{i % 10}" for i in range(100)]
+    spark.createDataFrame(pd.DataFrame({"name": names})).createOrReplaceTempView("left_units")
+    others = [n.capitalize() if i % 2 else n for i, n in enumerate(names[:50])]
+    spark.createDataFrame(pd.DataFrame({"name": others})).createOrReplaceTempView("right_units")
+    db = privsql.connect(engine="spark", spark=spark, budget=1e6, seed=4, insecure=True)
+    db.protect("left_units", "name")
+    db.protect("right_units", "name")
+    count = db.sql(
+        "SELECT COUNT(*) FROM left_units l JOIN right_units r ON l.name = r.name "
+        "PRIVACY_UNIT l.name BOUND ROWS 1000 EPSILON 1000"
+    ).fetchall()[0][0]
+    assert count == pytest.approx(25 * 10, abs=30)  # the 25 lower-case rows, 10 matches each
