@@ -742,7 +742,7 @@ def test_bounding_check(visits, case, weaken):
     query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
 
     def cuts(c: duckdb.DuckDBPyConnection, p: Plan) -> list[int]:
-        return [int(row[-1]) for row in neighbours.stage(c, p)]
+        return [int(row[-2]) for row in neighbours.stage(c, p)]  # __cut, before __excess
 
     before = cuts(con, query_plan)
     with neighbours.with_rows(con, SPREAD.format(groups=2)):

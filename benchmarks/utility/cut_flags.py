@@ -54,9 +54,7 @@ def truth(con, group: str | None, function: str) -> pd.Series:
     return frame.set_index("g").x.astype(float)
 
 
-def cells(
-    result, exact: pd.Series, group: str | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cells(result, exact: pd.Series, group: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per released cell: whether its 95% interval covers the truth, whether it is flagged,
     and whether the truth lies above the interval."""
     frame = result.df()
