@@ -246,9 +246,12 @@ class Result:
             flagged += sum(bool(m) for m in marks)
             if self._check is not None and cut is not None and name in self._check.counts:
                 values = self._table.column(name).to_pylist()
+                cells_lost = 0.0
                 for mark, value, c in zip(marks, values, cut, strict=True):
                     if mark and value is not None:
-                        kept, lost = kept + max(float(value), 0.0), lost + float(c)
+                        kept, cells_lost = kept + max(float(value), 0.0), cells_lost + float(c)
+                # Every cell flagged: the rows cut over all groups were cut from them.
+                lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
         if not flagged:
             return None
         guessed = [name for name in self.columns if name in self._guessed]
