@@ -16,11 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import duckdb
+import neighbours
 import numpy as np
 import pytest
 import shapes
 
 import privsql
+from rewriter.analyze import analyze
+from rewriter.generate import EXCESS, EXCESS_SCALE
+from rewriter.plan import plan
 
 RUNS = 40
 SQL = (
@@ -71,3 +75,23 @@ def test_small_epsilon_misses_are_flagged(flights):
     assert covered.size == 16 * RUNS
     assert np.mean(~covered & ~flagged) <= 0.10
     assert np.mean(flagged[covered]) <= 0.35
+
+
+def test_rows_cut_total_is_each_units_rows_cut_in_caps():
+    """The exact ``__excess`` the check perturbs, under BOUND ROWS 5 and MAX_GROUPS 1: a
+    unit of 10 rows lost 5 (one cap: the whole EXCESS_SCALE), one of 6 lost 1 (1/5 of a
+    cap), one with 2 rows in each of two groups lost its dropped cell's 2 (2/5), one of 1
+    row nothing; a unit of 40 rows counts one cap, not 7."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT * FROM (VALUES (0, 0, 10), (1, 0, 6), (2, 0, 2), (2, 1, 2), "
+        "(3, 1, 1), (4, 1, 40)) AS v(uid, g, n), range(40) AS r(i) WHERE i < n"
+    )
+    db = privsql.connect(con, seed=1, insecure=True)
+    db.protect("t", privacy_unit="uid")
+    sql = "SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1"
+    query_plan = plan(analyze(sql, db._catalog(), {"g": [0, 1]}), epsilon=1, delta=0.0)
+    (row,) = neighbours.stage(con, query_plan, EXCESS)
+    scale = EXCESS_SCALE
+    assert row[0] == scale + scale * 1 // 5 + scale * 2 // 5 + 0 + scale
+    db.close()
