@@ -11,9 +11,10 @@ as a user passes them with ``keys=``). Per shape and ε, over repetitions, the s
   whose truth lies above the interval, the side bounding's bias of a count or a SUM of
   non-negative values falls on; noise alone misses 2.5% on each side).
 
-    python benchmarks/utility/cut_flags.py [--reps 20] [--label after]
+    python benchmarks/utility/cut_flags.py [--quick] [--reps 20] [--label after]
 
-Results go to ``results/cut_flags_<label>.csv``.
+Results go to ``results/cut_flags_<label>.csv``; run it once per privsql (``--label before``
+with the other one first on ``PYTHONPATH``). docs/privacy.md, section 3.3c, quotes them.
 """
 
 from __future__ import annotations
@@ -96,19 +97,22 @@ def run(con, reps: int, seed: int, epsilons=EPSILONS, shapes_=SHAPES) -> pd.Data
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="5 repetitions, ε = 0.1 and 1")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (20; 5 quick)")
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--label", default="after")
-    parser.add_argument("--epsilons", type=float, nargs="*", default=EPSILONS)
+    parser.add_argument("--label", default="after", help="suffix of the CSV file")
+    parser.add_argument("--epsilons", type=float, nargs="*", default=None)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     args = parser.parse_args()
+    c.header("Unflagged misses of the 95% intervals with defaults", args.quick)
+    reps = args.reps or (5 if args.quick else 20)
+    epsilons = args.epsilons or ((0.1, 1.0) if args.quick else EPSILONS)
     con = c.connection()
     shapes.flights(con)
     chosen = {name: SHAPES[name] for name in args.shapes}
-    results = run(con, args.reps, args.seed, args.epsilons, chosen)
-    c.RESULTS.mkdir(parents=True, exist_ok=True)
-    results.to_csv(c.RESULTS / f"cut_flags_{args.label}.csv", index=False)
-    print(results.to_string(index=False))
+    results = run(con, reps, args.seed, epsilons, chosen)
+    c.write_csv(results, f"cut_flags_{args.label}.csv")
+    print(c.markdown(results))
 
 
 if __name__ == "__main__":
