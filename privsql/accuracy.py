@@ -22,7 +22,13 @@ import udfs
 from privsql.result import BoundingCheck, HalfWidth, Range
 from rewriter.aggregates import COUNTING, SPECS, AggregateKind, Form
 from rewriter.dialect import to_sql
-from rewriter.generate import CUT_SUPPORT, output_name, support_name
+from rewriter.generate import (
+    CUT_SUPPORT,
+    EXCESS_SCALE,
+    EXCESS_SUPPORT,
+    output_name,
+    support_name,
+)
 from rewriter.plan import Measurement, Plan, Spread, Statistic
 
 SINGLE = tuple(kind for kind, spec in SPECS.items() if spec.single)
@@ -103,7 +109,8 @@ def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
 
 
 def bounding_check(plan: Plan, table: pa.Table) -> BoundingCheck | None:
-    """The released per-row count of cut cells and its noise half-width (post-processing)."""
+    """The released per-row count of cut cells and its noise half-width, and the rows that
+    bounding surely cut over all groups (post-processing)."""
     if CUT_SUPPORT not in table.column_names:
         return None
     statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
@@ -118,7 +125,24 @@ def bounding_check(plan: Plan, table: pa.Table) -> BoundingCheck | None:
         cut=_column(table, CUT_SUPPORT),
         cut_width=lambda alpha: udfs.laplace_halfwidth(sensitivity, epsilon, alpha),
         counts=counts,
+        rows_cut=_rows_cut(plan, table),
     )
+
+
+def _rows_cut(plan: Plan, table: pa.Table) -> Callable[[float], float]:
+    """alpha -> a (1 - alpha) lower bound on the rows bounding cut over all groups, from the
+    released ``__excess`` (each unit's rows cut, in row caps, clipped to 1: the total times
+    the cap is at most the rows cut); 0 when nothing was released or no row is left."""
+    cap, epsilon = plan.row_cap, plan.excess_epsilon
+    if cap is None or not epsilon or EXCESS_SUPPORT not in table.column_names or not len(table):
+        return lambda alpha: 0.0
+    released = float(_column(table, EXCESS_SUPPORT)[0]) / EXCESS_SCALE
+
+    def lower(alpha: float) -> float:
+        width = udfs.laplace_halfwidth(EXCESS_SCALE, epsilon, alpha) / EXCESS_SCALE
+        return max(0.0, cap * (released - width))
+
+    return lower
 
 
 def _half_width(

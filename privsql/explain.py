@@ -120,6 +120,11 @@ class Explanation:
             lines.append(
                 f"  bounding check: Laplace on the cells cut per group, ε = {b['cut_epsilon']:g}"
             )
+        if b.get("excess_epsilon"):
+            lines.append(
+                "  bounding check: Laplace on the rows cut over all groups (in caps, at most 1 "
+                f"per unit), ε = {b['excess_epsilon']:g}"
+            )
         lines += [f"  expected {line}" for line in self._widths()]
         if self.partition_selection:
             p = self.partition_selection
@@ -213,6 +218,7 @@ def explain(
         else None,
         "group_epsilon": groups.epsilon if groups else 0.0,
         "cut_epsilon": query_plan.cut_epsilon,
+        "excess_epsilon": query_plan.excess_epsilon,
         "search": None
         if search is None
         else " and ".join(

@@ -33,12 +33,14 @@ class BoundingCheck:
     least one row — and the noise half-width of that count (docs/privacy.md, 3.3b).
 
     ``counts`` are the output columns counting rows (COUNT(*), COUNT(col)), whose bias in
-    their own units is at least the number of cut cells.
+    their own units is at least the number of cut cells. ``rows_cut(alpha)`` is a (1 - alpha)
+    lower bound on the rows bounding cut over all groups (0 when unsure; 3.3c).
     """
 
     cut: np.ndarray
     cut_width: Callable[[float], float]
     counts: frozenset[str]
+    rows_cut: Callable[[float], float] = lambda alpha: 0.0
 
 
 class Result:
@@ -216,7 +218,9 @@ class Result:
                 continue
             sure = cut > check.cut_width(alpha)
             large = cut >= FLAG_RATIO * width if name in check.counts else np.ones_like(sure)
-            flagged = sure & large
+            rows_cut = check.rows_cut(alpha)
+            anywhere = rows_cut >= FLAG_RATIO * width if name in check.counts else rows_cut > 0
+            flagged = (sure & large) | anywhere
             columns[name] = pa.array(
                 [None if np.isnan(w) else bool(f) for w, f in zip(width, flagged, strict=True)],
                 pa.bool_(),
@@ -242,9 +246,12 @@ class Result:
             flagged += sum(bool(m) for m in marks)
             if self._check is not None and cut is not None and name in self._check.counts:
                 values = self._table.column(name).to_pylist()
+                cells_lost = 0.0
                 for mark, value, c in zip(marks, values, cut, strict=True):
                     if mark and value is not None:
-                        kept, lost = kept + max(float(value), 0.0), lost + float(c)
+                        kept, cells_lost = kept + max(float(value), 0.0), cells_lost + float(c)
+                # Every cell flagged: the rows cut over all groups were cut from them.
+                lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
         if not flagged:
             return None
         guessed = [name for name in self.columns if name in self._guessed]

@@ -63,6 +63,7 @@ from rewriter.sqlbuild import (
     filtered,
     huge,
     joining,
+    least,
     named,
     number,
     rank,
@@ -118,7 +119,7 @@ def _source(plan: Plan, layout: Layout) -> str:
 
 def _with(ctes: dict[str, str]) -> str:
     return "WITH " + ",\n".join(
-        f"{name} AS{' MATERIALIZED' if name == RELEASED else ''} (\n{sql}\n)"
+        f"{name} AS{' MATERIALIZED' if name in DRAWN else ''} (\n{sql}\n)"
         for name, sql in ctes.items()
     )
 
@@ -126,6 +127,19 @@ def _with(ctes: dict[str, str]) -> str:
 RELEASED = "__released"
 """The CTE holding the noisy values, materialised so each is drawn once however often the
 post-processing reads it."""
+
+EXCESS = "__excess"
+"""The CTE holding, summed over units, the rows bounding cut from each unit in caps (clipped
+to 1 per unit, in 1/EXCESS_SCALE steps), and then its noisy release (one row)."""
+
+EXCESS_RELEASED = "__excess_released"
+"""The one-row CTE holding the noisy ``__excess``, materialised so it is drawn once."""
+
+EXCESS_SCALE = 1024
+"""A unit's share of the rows-cut total is counted in steps of 1/EXCESS_SCALE of a cap."""
+
+DRAWN = (RELEASED, EXCESS_RELEASED)
+"""The CTEs whose noise is drawn once (``MATERIALIZED``)."""
 
 
 @dataclass(frozen=True)
@@ -178,13 +192,18 @@ def stages(plan: Plan, functions: Functions) -> Stages:
     ctes.update({name: render(q) for name, q in _histograms(plan, layout).items()})
     if not _cuts_in_groups(plan):
         ctes[CUTS] = render(_cuts_per_group(plan, layout))
+    if plan.excess_epsilon:
+        ctes[EXCESS] = render(_excess(plan, layout))
     domains = {name: render(q) for name, q in _domains(plan, layout.keys).items()}
     ctes.update(domains)
     counts = tuple(f"__counts{i}" for i in range(len(layout.histograms)))
     cuts = () if _cuts_in_groups(plan) else (CUTS,)
+    cuts += (EXCESS,) if plan.excess_epsilon else ()
     outputs = (*(("__groups",) if grouped else ()), *counts, *cuts, *domains)
     columns_of = _measured_columns(plan.measurements, layout.sums)
     release = {name: render(q) for name, q in _histogram_lists(layout).items()}
+    if plan.excess_epsilon:
+        release[EXCESS_RELEASED] = render(_excess_released(plan, functions))
     release[RELEASED] = render(_released(plan, layout, columns_of, functions))
     return Stages(ctes, outputs, release, _post_processing(plan, layout.keys))
 
@@ -548,6 +567,43 @@ def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
     )
 
 
+def _excess(plan: Plan, layout: Layout) -> exp.Query:
+    """Over all units: the rows bounding cut from each unit — beyond the smallest row cap in
+    its kept cells, and all of its dropped cells (``_trimmed``) — in caps, clipped to 1 per
+    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE."""
+    cap = plan.row_cap
+    assert cap is not None
+    lost = exp.If(
+        this=column("__chosen", "c"),
+        true=exp.Sub(this=column("__rows", "c"), expression=number(cap)),
+        false=column("__rows", "c"),
+    )
+    units = select(
+        [named(total(huge(lost)), "__lost")],
+        _trimmed(plan, layout, cap),
+        group=[column("__unit", "c")],
+    )
+    share = exp.IntDiv(
+        this=exp.Mul(this=column("__lost"), expression=number(EXCESS_SCALE)),
+        expression=number(cap),
+    )
+    return select(
+        [named(coalesce(total(least(share, number(EXCESS_SCALE))), number(0)), EXCESS)],
+        derived(units),
+    )
+
+
+def _excess_released(plan: Plan, functions: Functions) -> exp.Select:
+    """The noisy ``__excess`` (Laplace, sensitivity EXCESS_SCALE), drawn once."""
+    noisy = call(
+        functions.check or functions.noise,
+        huge(column(EXCESS)),
+        huge(number(EXCESS_SCALE)),
+        double(plan.excess_epsilon),
+    )
+    return select([named(noisy, EXCESS)], table(EXCESS))
+
+
 def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
     """Per group and quantile: the kept values' weight in each bucket.
 
@@ -690,6 +746,9 @@ def _released(
         )
     if not _cuts_in_groups(plan):
         joins.append(joining(table(CUTS, "x"), same_keys(keys, outer, "x"), side="LEFT"))
+    if plan.excess_epsilon:
+        joins.append(joining(table(EXCESS_RELEASED, "e"), kind="CROSS"))
+        noisy.append(named(column(EXCESS, "e"), EXCESS))
     where = None
     if plan.partition is not None:
         p = plan.partition
@@ -778,6 +837,11 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
             *outputs,
             *_support_columns(plan),
             exp.alias_(exp.column(CUT_COLUMN), CUT_SUPPORT, quoted=True),
+            *(
+                [exp.alias_(exp.column(EXCESS), EXCESS_SUPPORT, quoted=True)]
+                if plan.excess_epsilon
+                else []
+            ),
         ],
         from_=exp.From(this=exp.Table(this=exp.to_identifier("__released"))),
     )
@@ -800,6 +864,9 @@ SUPPORT_PREFIX = "__privsql_"
 
 CUT_SUPPORT = f"{SUPPORT_PREFIX}cut"
 """The hidden output column carrying each row's noisy count of cut cells."""
+
+EXCESS_SUPPORT = f"{SUPPORT_PREFIX}excess"
+"""The hidden output column carrying, in every row, the noisy ``__excess`` (the same value)."""
 
 
 def support_name(role: str, output: str) -> str:

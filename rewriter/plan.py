@@ -76,7 +76,13 @@ GROUPS_SHARE = 0.1
 """The share of a query's ε spent choosing MAX_GROUPS when the query leaves it to AUTO."""
 
 CUT_SHARE = 0.05
-"""The share of a query's ε spent on the noisy count of what bounding cut, per group."""
+"""The share of a query's ε spent on the bounding check: the noisy count of what bounding
+cut, per group, and (when a measurement reads rows) the noisy rows it cut over all groups."""
+
+EXCESS_PART = 0.5
+"""The part of the bounding check's ε spent on the rows bounding cut over all groups
+(``Plan.excess_epsilon``), when some measurement reads rows; the rest is the per-group
+count's."""
 
 BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
@@ -234,6 +240,9 @@ class Plan:
     group_search: GroupSearch | None = None
     cut_epsilon: float = 0.0
     """The ε of the noisy per-group count of cells bounding cut (``cut_sensitivity``)."""
+    excess_epsilon: float = 0.0
+    """The ε of the noisy total, over all units, of the rows bounding cut in caps (each
+    unit's share clipped to 1, so its sensitivity is 1; docs/privacy.md, 3.3c)."""
     group_epsilon: float = 0.0
     """The ε spent (or to be spent, while ``group_search`` is pending) on MAX_GROUPS AUTO."""
 
@@ -412,6 +421,8 @@ def plan(
             group_epsilon, math.ceil(released / share), _group_candidates(analysis)
         )
     query_delta = charged_delta(analysis, delta)
+    reads_rows = any(m.kind != "units" for m in builder.measurements)
+    excess_epsilon = cut_epsilon * EXCESS_PART if reads_rows else 0.0
     return Plan(
         analysis=analysis,
         bounding=Bounding(strategy, cap, groups),
@@ -422,7 +433,8 @@ def plan(
         delta=query_delta,
         search=search,
         group_search=group_search,
-        cut_epsilon=cut_epsilon,
+        cut_epsilon=cut_epsilon - excess_epsilon,
+        excess_epsilon=excess_epsilon,
         group_epsilon=group_epsilon,
     )
 

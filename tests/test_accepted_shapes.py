@@ -22,7 +22,7 @@ from neighbours import SECRET, measurements, with_rows
 
 import privsql
 from rewriter.analyze import analyze
-from rewriter.generate import CUT_SUPPORT, generate
+from rewriter.generate import CUT_SUPPORT, EXCESS_SUPPORT, generate
 from rewriter.plan import Plan, plan
 
 # Three units and one row without a unit. visits: u1 has 3 rows, u2 2, u3 1; notes hold
@@ -74,8 +74,9 @@ def exact(db, sql: str, keys: dict | None = None) -> list[tuple]:
     session, con = db
     cursor = _run(con, generate(_plan(session, sql, keys), IDENTITY))
     rows = cursor.fetchall()
-    hidden = [d[0] for d in cursor.description].index(CUT_SUPPORT)  # the bounding check
-    return [row[:hidden] + row[hidden + 1 :] for row in rows]
+    names = [d[0] for d in cursor.description]
+    shown = [i for i, name in enumerate(names) if name not in (CUT_SUPPORT, EXCESS_SUPPORT)]
+    return [tuple(row[i] for i in shown) for row in rows]  # without the bounding check
 
 
 def _run(con: duckdb.DuckDBPyConnection, statement: str) -> duckdb.DuckDBPyConnection:

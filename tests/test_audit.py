@@ -36,11 +36,12 @@ import privsql
 import udfs
 from privsql.session import GROUP_COUNTS
 from rewriter.analyze import analyze
-from rewriter.generate import bounds_sql, groups_sql, size_summary
+from rewriter.generate import EXCESS, EXCESS_SCALE, bounds_sql, groups_sql, size_summary
 from rewriter.plan import (
     BUCKETS,
     CANDIDATES,
     CUT_SHARE,
+    EXCESS_PART,
     GROUPS_SHARE,
     MAGNITUDES,
     ROW_WEIGHT_BITS,
@@ -742,7 +743,7 @@ def test_bounding_check(visits, case, weaken):
     query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
 
     def cuts(c: duckdb.DuckDBPyConnection, p: Plan) -> list[int]:
-        return [int(row[-1]) for row in neighbours.stage(c, p)]
+        return [int(row[-2]) for row in neighbours.stage(c, p)]  # __cut, before __excess
 
     before = cuts(con, query_plan)
     with neighbours.with_rows(con, SPREAD.format(groups=2)):
@@ -760,3 +761,37 @@ def test_bounding_check(visits, case, weaken):
 
     with noise(weaken):
         check(audit(sample, query_plan.cut_epsilon, **sizes(False)), weaken)
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+@pytest.mark.parametrize("case", list(CHECKED))
+def test_rows_cut_over_all_groups(visits, case, weaken):
+    """The rows bounding cut over all groups (each unit's in row caps, clipped to 1, in steps
+    of 1/EXCESS_SCALE), released once with sensitivity EXCESS_SCALE at
+    ``Plan.excess_epsilon``, is ε-DP, and detected when the noise is too small. The
+    neighbour's 10 rows per group are 5 over the row cap of 5 in its kept cell: its share is
+    clipped to one cap, the whole sensitivity, and the other units' shares do not move."""
+    con, db = visits
+    select, _ = CHECKED[case]
+    sql = f"{select} PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 40"
+    keys = {"g": [0, 1]} if "GROUP BY" in select else None
+    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
+    assert query_plan.excess_epsilon == pytest.approx(40 * CUT_SHARE * EXCESS_PART)
+
+    def total(c: duckdb.DuckDBPyConnection) -> int:
+        (row,) = neighbours.stage(c, query_plan, EXCESS)
+        return int(row[0])
+
+    before = total(con)
+    with neighbours.with_rows(con, SPREAD.format(groups=2)):
+        after = total(con)
+    assert after - before == EXCESS_SCALE
+    exact = (before, after)
+    rng = udfs.SeededRandom(zlib.crc32(f"excess-{case}".encode()), insecure=True)
+
+    def sample(neighbour: bool, n: int) -> np.ndarray:
+        epsilon = query_plan.excess_epsilon
+        return np.asarray(udfs.laplace_release([exact[neighbour]] * n, EXCESS_SCALE, epsilon, rng))
+
+    with noise(weaken):
+        check(audit(sample, query_plan.excess_epsilon, **sizes(False)), weaken)

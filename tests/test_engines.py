@@ -46,7 +46,7 @@ def test_the_release_reads_only_the_aggregated_outputs(db):
     assert parts.statement() == generate(
         plan(analyze(QUERY, db._catalog()), epsilon=1e7, delta=1e-6), FUNCTIONS
     )
-    assert parts.outputs == ("__groups", "__counts0", "__cuts", "__domain0")
+    assert parts.outputs == ("__groups", "__counts0", "__cuts", "__excess", "__domain0")
     secret = {"privsql_secret": 7}
     whole = db._con.execute(parts.statement(), secret).fetchall()
     other = privsql.connect(duckdb.connect(), seed=2, insecure=True)

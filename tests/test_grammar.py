@@ -35,7 +35,7 @@ from privsql.session import FUNCTIONS
 from rewriter.analyze import analyze
 from rewriter.dialect import to_sql
 from rewriter.errors import PrivacyError
-from rewriter.generate import generate
+from rewriter.generate import EXCESS, EXCESS_RELEASED, generate
 from rewriter.plan import plan
 
 UNITS = 60
@@ -214,9 +214,16 @@ NOISE = {FUNCTIONS.noise, FUNCTIONS.quantile, FUNCTIONS.check}
 
 def assert_released_values_are_noisy(db: privsql.Session, sql: str) -> None:
     released, statement = released_columns(db, sql)
+    ctes = {cte.alias: cte for cte in statement.args["with_"].expressions}
     keys = 0
     for projection in released.expressions:
         value = projection.unalias()
+        if isinstance(value, exp.Column) and value.name == EXCESS:  # drawn once, before
+            drawn = ctes[EXCESS_RELEASED]
+            assert drawn.args.get("materialized"), drawn.sql()
+            (noisy,) = drawn.this.expressions
+            assert noisy.unalias().name.lower() == FUNCTIONS.check, drawn.sql()
+            continue
         if isinstance(value, exp.Column):  # a group key
             assert value.name.startswith("__k"), projection.sql()
             keys += 1
@@ -256,6 +263,7 @@ def assert_parts_add_up_to_the_query_epsilon(db: privsql.Session, sql: str) -> N
     parts += [a["interval_epsilon"] for a in explanation.aggregates]  # quantiles' intervals
     parts += [explanation.bounding["search_epsilon"], explanation.bounding["bounds_epsilon"]]
     parts += [explanation.bounding["group_epsilon"], explanation.bounding["cut_epsilon"]]
+    parts.append(explanation.bounding["excess_epsilon"])
     if explanation.partition_selection:
         parts.append(explanation.partition_selection["epsilon"])
     assert sum(parts) == pytest.approx(explanation.epsilon)

@@ -174,7 +174,8 @@ def test_explain_spends_nothing_and_shows_the_plan(flights_db):
         "bounds_epsilon": 0.0,
         "group_search": None,
         "group_epsilon": 0.0,
-        "cut_epsilon": 0.05,
+        "cut_epsilon": 0.025,
+        "excess_epsilon": 0.025,
     }
 
 
