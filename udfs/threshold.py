@@ -92,7 +92,8 @@ def rank_threshold(
     it moves each count by at most m. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n)
     with ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the
     i-th scoring −max(C_i − r, 0)/m − i·γ·λ/ε_s, where C_i is the count of cells above it,
-    λ = ln(ratio)/ln 1.5 and r = min(rank, m·⌊n̂/2⌋) (at least 1): the target rank is
+    λ = ln(ratio)/ln 1.5 (to three digits: small exact fractions are fast) and
+    r = min(rank, m·⌊n̂/2⌋) (at least 1): the target rank is
     AKMV19's, counted in cells as the bias is, but never beyond m cells of the median unit.
     Dividing by m keeps the scores' sensitivity at 1.
 
@@ -165,7 +166,7 @@ def rank_threshold(
     blind = evidence / (4 * PRIOR_SPAN) < Fraction(1, 2)
     weak = min(Fraction(1), evidence / (4 * PRIOR_SPAN))
     decay = min(PRIOR_CEILING, max(Fraction(1, 2), weak, evidence / (12 * PRIOR_SPAN)))
-    per_step = Fraction(math.log(ratio) / math.log(PRIOR_RATIO))
+    per_step = Fraction(math.log(ratio) / math.log(PRIOR_RATIO)).limit_denominator(1000)
     one_sided = select_epsilon * Fraction(target, cells_per_unit) < TWO_SIDED_FROM
     sensitivity = Fraction(1, 2) if one_sided else Fraction(1)
     step = 2 * sensitivity * decay * per_step / select_epsilon
