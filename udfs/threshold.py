@@ -81,9 +81,9 @@ def rank_threshold(
     margin: int = MARGIN,
     ratio: float = PRIOR_RATIO,
 ) -> RankChoice:
-    """The candidate ``margin`` grid steps above the lowest one with about ``rank`` cells
-    or fewer above it (AKMV19 sec. 3, eq. 5-6), and whether the data could locate it at
-    all (``blind``). ``candidates`` is a geometric grid of ratio ``ratio``.
+    """The candidate ``margin`` grid steps above the one where about ``rank`` cells lie
+    above it (AKMV19 sec. 3, eq. 5-6), and whether the data could locate it at all
+    (``blind``). ``candidates`` is a geometric grid of ratio ``ratio``.
 
     For a count or sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
     contribution: raising the cap by one removes one row of bias per cell above it and
