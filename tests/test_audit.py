@@ -422,8 +422,10 @@ def test_rank_rule_one_sided(top_unit, weaken):
     def sample(neighbour: bool, n: int) -> list[int]:
         return [db._thresholds(query_plan, summaries[neighbour])[0]["rank"] for _ in range(n)]
 
+    # The telling event, the lowest cap (19 selected), has probability 0.57 on D and 0.05 on
+    # D' when weakened: 4 000 selection samples are what ranks it first at SELECTION_Z.
     with noise(weaken):
-        check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=4_000), weaken)
 
 
 @pytest.fixture(scope="module")
