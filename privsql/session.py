@@ -62,6 +62,8 @@ from rewriter.plan import (
     CANDIDATES,
     GROUP_COUNTS,
     MAGNITUDES,
+    ROW_CANDIDATES,
+    ROW_RATIO,
     ROW_WEIGHT_BITS,
     BoundsSearch,
     Plan,
@@ -616,15 +618,15 @@ class Session:
         width = len(CANDIDATES)
         units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
-        groups = query_plan.bounding.groups  # above 1: the summary ends with cell counts
-        end = len(summary) - (width if groups > 1 else 0)
-        cells = [int(v) for v in summary[end:]] if groups > 1 else exceedances
+        groups = query_plan.bounding.groups
+        end = len(summary) - len(ROW_CANDIDATES)  # the rank rule's counts come last
+        cells = [int(v) for v in summary[end:]]
         caps, blind = {}, set()
         for rule in search.rules:
             if rule in ("rank", "quantile"):
                 rank = search.rank if rule == "rank" else _quantile_rank(query_plan)
                 choice = udfs.rank_threshold(
-                    CANDIDATES, units, cells, rank, epsilon, self._rng, groups
+                    ROW_CANDIDATES, units, cells, rank, epsilon, self._rng, groups, ratio=ROW_RATIO
                 )
                 caps[rule] = choice.cap
                 if choice.blind:

@@ -31,6 +31,7 @@ from rewriter.generate import (
 from rewriter.plan import (
     CANDIDATES,
     MAGNITUDES,
+    ROW_CANDIDATES,
     BoundsSearch,
     Plan,
     bounds_search,
@@ -108,16 +109,17 @@ class Compiled:
 
 
 def threshold_search(query_plan: Plan) -> Search:
-    """The AUTO caps' search: how many units have a kept cell above each candidate size
-    (and, for EMMMR20's rule, the totals of their mean values); when MAX_GROUPS is above 1,
-    then how many kept cells are above each candidate size."""
+    """The AUTO caps' search: how many units have a kept cell above each size of
+    ``CANDIDATES`` (and, for EMMMR20's rule, the totals of their mean values), then the
+    rank rule's counts above each size of ``ROW_CANDIDATES``: of kept cells when MAX_GROUPS
+    is above 1, else of units."""
     totals = len(query_plan.mean_sums)
+    cells = query_plan.bounding.groups > 1
 
     def summary(rows: Sequence[Sequence[object]]) -> tuple[int, ...]:
         units = size_summary([r[1:] for r in rows if not r[0]], CANDIDATES, totals)
-        if query_plan.bounding.groups == 1:
-            return units
-        return units + size_summary([r[1:3] for r in rows if r[0]], CANDIDATES)[1:]
+        ranked = [r[1:3] for r in rows if bool(r[0]) == cells]
+        return units + size_summary(ranked, ROW_CANDIDATES)[1:]
 
     return Search("threshold", threshold_sql(query_plan), summary, plan=query_plan)
 

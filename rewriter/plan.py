@@ -101,7 +101,17 @@ ROW_WEIGHT_BITS = 20
 """The bounds search weighs each unit's rows 2**ROW_WEIGHT_BITS in all (``bounds_sql``)."""
 
 CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
-"""AUTO thresholds considered: a geometric grid from 1 to about 1.4 million rows."""
+"""Caps MAX_GROUPS AUTO and the v(h) rule consider: a geometric grid (×1.5) from 1 to
+about 10⁹."""
+
+ROW_RATIO = 2**0.25
+"""The ratio of the rank rule's grid of row caps."""
+
+ROW_CANDIDATES = tuple(sorted({round(ROW_RATIO**i) for i in range(120)}))
+"""Row caps the rank rule considers (BOUND ROWS/CLIP AUTO, and counts, sums and quantiles
+under WEIGHTS AUTO): a geometric grid (×2^¼) from 1 to about 10⁹. Finer than
+``CANDIDATES``: the rule's answer lands within a smaller factor of the top of the data
+(docs/utility.md §13)."""
 
 
 @dataclass(frozen=True)

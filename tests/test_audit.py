@@ -50,6 +50,7 @@ from rewriter.plan import (
     plan,
 )
 from udfs.quantile import _private_reach, _Ranks, interval_margin
+from udfs.threshold import TWO_SIDED_FROM
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -352,16 +353,16 @@ def test_partition_selection(keys, weaken, full):
 
 @pytest.fixture(scope="module")
 def cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
-    """D for the rank rule: largest cells of 17 rows (100 units), 20 rows (1) and 30 rows
-    (9). With r = 10 units wanted above the cap, candidates 17 and 26 then score
-    1 + 2γ/ε_s ≥ 2 apart (one for the rank, one prior step: γ = 1 at this ε·n, ε_s the
-    selection's 9/10 of ε_auto ≈ 2) and every other candidate far below; a unit of 10⁴
-    rows raises both counts by one and moves the gap by 2, so 26's chance, e^(−ε_s·gap/2)/2,
-    grows by exactly e^ε_s: the worst case of permute-and-flip."""
+    """D for the rank rule's two-sided score (ε_s·r = 17.6 nats, above
+    ``udfs.threshold.TWO_SIDED_FROM``): largest cells of 17 rows (100 units), 20 rows (1)
+    and 25 rows (9). With r = 10 units wanted above the cap, the row caps 19 (10 units
+    above) and 23 (9) then score 1 plus a prior step apart, and every other candidate
+    (16: 110 above; 27 and up: none) far below; a unit of 10⁴ rows raises every count by
+    one and moves the gap between 19 and 23 by 2: the worst case of permute-and-flip."""
     yield from database(
         "CREATE TABLE visits AS SELECT u AS uid, 0 AS g, 1.0::DOUBLE AS v FROM range(110) "
         "AS a(u), range(30) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 WHEN u = 100 THEN 20 "
-        "ELSE 30 END"
+        "ELSE 25 END"
     )
 
 
@@ -389,6 +390,43 @@ def test_rank_rule_threshold_search(cells, weaken):
 
     with noise(weaken):
         check(audit(sample, search.epsilon, samples=10_000, selection_samples=1_000), weaken)
+
+
+@pytest.fixture(scope="module")
+def top_unit() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
+    """D for the rank rule's one-sided, monotone score (ε_s·r = 1.76 nats, below
+    ``udfs.threshold.TWO_SIDED_FROM``): 100 units of 17 rows and one of 20, one group.
+    With r = 1 the row caps 19 (1 unit above), 23, 27, … (none) all score 0 less their
+    prior, 16 (101 above) far below; a unit of 10⁴ rows raises every count by one, which
+    lowers 19's score by 1 and leaves the others: one score moves by the whole
+    sensitivity while its rivals stay, the worst case for monotone scores, which
+    permute-and-flip then runs at sensitivity 1/2."""
+    yield from database(
+        "CREATE TABLE visits AS SELECT u AS uid, 0 AS g, 1.0::DOUBLE AS v FROM range(101) "
+        "AS a(u), range(20) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 ELSE 20 END"
+    )
+
+
+@pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
+def test_rank_rule_one_sided(top_unit, weaken):
+    """The private choice of a BOUND ROWS AUTO cap with one group (r = 1), where the rank
+    rule's score is one-sided and permute-and-flip runs at the monotone sensitivity 1/2,
+    from the summary the SQL computes on D and D' is ε_auto-DP."""
+    con, db = top_unit
+    sql = "SELECT COUNT(*) FROM visits PRIVACY_UNIT uid BOUND ROWS AUTO EPSILON 13"
+    query_plan = plan(analyze(sql, db._catalog()), epsilon=1, delta=0.1)
+    search = query_plan.search
+    assert (search.rules, search.rank) == (("rank",), 1)
+    assert search.epsilon * 9 / 10 * search.rank < TWO_SIDED_FROM  # the one-sided score
+    summaries = on_neighbours(con, query_plan, lambda c, p: db._threshold_summary(p))
+
+    def sample(neighbour: bool, n: int) -> list[int]:
+        return [db._thresholds(query_plan, summaries[neighbour])[0]["rank"] for _ in range(n)]
+
+    # The telling event, the lowest cap (19 selected), has probability 0.57 on D and 0.05 on
+    # D' when weakened: 4 000 selection samples are what ranks it first at SELECTION_Z.
+    with noise(weaken):
+        check(audit(sample, search.epsilon, samples=10_000, selection_samples=4_000), weaken)
 
 
 @pytest.fixture(scope="module")
@@ -640,14 +678,15 @@ def test_group_cap_search(touched, weaken):
 @pytest.fixture(scope="module")
 def spread_cells() -> Iterator[tuple[duckdb.DuckDBPyConnection, privsql.Session]]:
     """``cells`` in each of 4 groups: every unit has 4 cells of 17 rows (100 units), 20
-    (1) or 30 (9), so 40 cells lie above 17 rows and 36 above 26. With r = 40 cells wanted
-    above the cap, the rank rule's per-cell scores −|C − r|/m (m = MAX_GROUPS 4) put 17 and
-    26 one apart, plus a prior step; a unit of 10⁴ rows in 4 groups adds 4 cells above both
-    and moves the gap by 2: permute-and-flip's worst case, as in ``cells``."""
+    (1) or 25 (9), so 40 cells lie above 19 rows, 36 above 23 and none above 27. With
+    r = 40 cells wanted above the cap, the rank rule's two-sided per-cell scores −|C − r|/m
+    (m = MAX_GROUPS 4) put 19 and 23 one apart, plus a prior step; a unit of 10⁴ rows in 4
+    groups adds 4 cells above both and moves the gap by 2: permute-and-flip's worst case,
+    as in ``cells``."""
     yield from database(
         "CREATE TABLE visits AS SELECT u AS uid, g, 1.0::DOUBLE AS v FROM range(110) AS a(u), "
         "range(4) AS c(g), range(30) AS b(r) WHERE r < CASE WHEN u < 100 THEN 17 "
-        "WHEN u = 100 THEN 20 ELSE 30 END"
+        "WHEN u = 100 THEN 20 ELSE 25 END"
     )
 
 

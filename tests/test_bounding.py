@@ -23,7 +23,7 @@ from rewriter.analyze import analyze
 from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
 from rewriter.generate import bounds_sql, generate
-from rewriter.plan import CANDIDATES, MAGNITUDES, ROW_WEIGHT_BITS, plan
+from rewriter.plan import CANDIDATES, MAGNITUDES, ROW_CANDIDATES, ROW_WEIGHT_BITS, plan
 from udfs.threshold import magnitude_histogram
 
 stats = pytest.importorskip("scipy.stats")
@@ -196,8 +196,8 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
     # most m kept cells, so each moves by at most m (here exactly: the unit fills m cells).
     groups = query_plan.bounding.groups
     assert groups == 2
-    assert max(moved[-len(CANDIDATES) :]) == groups
-    moved = moved[: -len(CANDIDATES)]
+    assert max(moved[-len(ROW_CANDIDATES) :]) == groups
+    moved = moved[: -len(ROW_CANDIDATES)]
     # Under BOUND AUTO each AVG's totals of units' mean values come last (v(h)'s bias
     # term): they move by at most the mean's bound, here exactly (the unit's mean is −B).
     width = len(CANDIDATES) + 1

