@@ -156,7 +156,8 @@ class CatalogCache:
         groups = self._engine.file_groups(reader)
         protection = catalog.protection(reader)
         schema = reader_schema(protection.columns if protection else (), groups)
-        return schema, conformed_read(reader, schema, groups)
+        unit = protection.privacy_unit if protection else ""
+        return schema, conformed_read(reader, schema, groups, unit)
 
     def _is_table(self, source: str) -> bool:
         """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""

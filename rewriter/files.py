@@ -49,22 +49,33 @@ def reader_schema(declared: Schema, groups: Sequence[FileGroup]) -> Schema:
     return groups[0].schema if groups else ()
 
 
-def conformed_read(reader: exp.Table, schema: Schema, groups: Sequence[FileGroup]) -> exp.Expr:
+def conformed_read(
+    reader: exp.Table, schema: Schema, groups: Sequence[FileGroup], unit: str = ""
+) -> exp.Expr:
     """``reader`` (without its alias) reading its files with ``schema``: the reader itself
-    where its files' one schema is ``schema``, else a union of one read per group."""
+    where its files' one schema is ``schema``, else a union of one read per group.
+
+    The ``unit`` column is kept only where a group holds it in the declared type: a
+    conversion can make two values one (``'02'``, ``' 2'`` and ``1.5`` are all INTEGER 2),
+    and a file's rows would join another unit's and move its bounded contribution (red
+    team 13); such rows have no unit, and are dropped as any row without one. Integers
+    convert to integers exactly or not at all."""
     if not groups or (len(groups) == 1 and groups[0].schema == schema):
         bare = reader.copy()  # no files: the reader's own error, as for any missing file
         bare.set("alias", None)
         return bare
-    reads = [_group_read(reader.this, schema, group) for group in groups]
+    reads = [_group_read(reader.this, schema, group, unit.lower()) for group in groups]
     union: exp.Query = reads[0]
     for read in reads[1:]:
         union = exp.Union(this=union, expression=read, distinct=False)
     return exp.Subquery(this=union)
 
 
-def _group_read(reader: exp.Func, schema: Schema, group: FileGroup) -> exp.Select:
+def _group_read(reader: exp.Func, schema: Schema, group: FileGroup, unit: str) -> exp.Select:
     found = {name.lower(): kind for name, kind in group.schema}
+    declared = {name.lower(): kind for name, kind in schema}
+    if unit in found and not _one_to_one(found[unit], declared.get(unit)):
+        del found[unit]  # read as NULL: a converted unit could be another unit's
     options = [a.copy() for a in reader.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
     files = exp.Array(expressions=[exp.Literal.string(f) for f in group.files])
     read = exp.Table(this=exp.ReadParquet(expressions=[files, *options]))
@@ -85,6 +96,18 @@ def _converted(name: str, kind: str, found: str | None) -> exp.Expr:
     else:
         value = exp.TryCast(this=column, to=target)
     return exp.alias_(value, name, quoted=True)
+
+
+INTEGERS = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
+    | {"UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
+)
+"""Types a TRY_CAST among which keeps every value it does not make NULL."""
+
+
+def _one_to_one(found: str, kind: str | None) -> bool:
+    """Whether TRY_CAST from ``found`` to ``kind`` never makes two values one."""
+    return found == kind or {found, kind} <= INTEGERS
 
 
 def _nested(kind: str) -> bool:

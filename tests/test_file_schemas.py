@@ -75,6 +75,27 @@ def test_one_units_file_moves_a_declared_glob_only_by_its_contribution(
     assert abs(total - without[1][1]) <= 6.01
 
 
+@pytest.mark.parametrize("unit", ["'02'", "' 2'", "1.5::DOUBLE", "2.4::DECIMAL(4, 1)"])
+def test_a_file_never_converts_its_unit_into_another_units(tmp_path, unit):
+    """TRY_CAST is not one-to-one: '02', ' 2', 1.5 and 2.4 are all INTEGER 2, so a unit's
+    file whose unit column has another type joined unit 2's rows and replaced its bounded
+    contribution, moving a sum by twice the sensitivity (red team 13). Such a unit reads
+    as NULL: its rows are dropped."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for unit_id in range(30):
+        write(folder / f"m{unit_id:02d}.parquet", f"SELECT {unit_id} AS u, -6.0 AS x")
+    db = declared(folder)
+    query = (
+        f"SELECT SUM(x CLAMPED BETWEEN -6 AND 6) FROM read_parquet('{folder}/*.parquet') "
+        "PRIVACY_UNIT u BOUND ROWS 1 EPSILON 100000"
+    )
+    without = db.sql(query).fetchall()[0][0]
+    rows = "FROM range(200) r(i)"  # distinct rows: the row kept is a hostile one
+    write(folder / "z_hostile.parquet", f"SELECT {unit} AS u, 6.0 - i / 1000 AS x {rows}")
+    assert abs(db.sql(query).fetchall()[0][0] - without) <= 6.01
+
+
 def test_the_declared_types_convert_what_converts(files):
     db = declared(files)
     write(files / "a_first.parquet", HOSTILE["numeric text"])
