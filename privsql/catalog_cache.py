@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from privsql.engines import Engine
 from privsql.ledger import Ledger, database_path
-from rewriter.catalog import FILE, Catalog, identity, public_type
+from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.files import Schema, conformed_read, reader_schema
 from rewriter.relations import source_sql
@@ -107,7 +107,7 @@ class CatalogCache:
             columns=lambda source: self._columns(source, reading),
             types=lambda statement: [public_type(k) for k in self._types(statement, reading)],
             evaluate=lambda statement: _evaluate(self._con, _conformed(statement, reading)),
-            read=lambda source: _read(source, reading),
+            read=lambda source: self._read(source, reading),
         )
 
     def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
@@ -148,6 +148,30 @@ class CatalogCache:
         if source not in self._table_types:
             self._table_types[source] = self._engine.types(statement)
         return self._table_types[source]
+
+    def _read(self, source: exp.Table, reading: Reading) -> exp.Expr:
+        """How the generated SQL reads a base source: a file reader's files to its schema,
+        a table with each ENUM column as VARCHAR. The rewriter knows an ENUM only as VARCHAR
+        (``public_type``: its members are data), and so must the engine: on an ENUM,
+        ``hash``, ``<`` and ``least`` work on the members' positions, so ``hash(k) =
+        hash(0)`` counted the units holding the first member, which one unit's value could
+        change (red team 13)."""
+        if isinstance(source.this, exp.Func):
+            return _read(source, reading)
+        text = source_sql(source)
+        kinds = self._types(WHOLE_TABLE + text, reading)
+        if not any(ENUM.search(kind) for kind in kinds):
+            return source.copy()
+        columns = []
+        for name, kind in zip(self._columns(text, reading), kinds, strict=True):
+            column: exp.Expr = exp.column(name, quoted=True)
+            if ENUM.search(kind):
+                shown = exp.DataType.build(public_type(kind), dialect="duckdb")
+                column = exp.Cast(this=column, to=shown)
+            columns.append(exp.alias_(column, name, quoted=True))
+        bare = source.copy()
+        bare.set("alias", None)
+        return exp.Subquery(this=exp.select(*columns).from_(bare))
 
     def _file_reading(self, catalog: Catalog, reader_sql: str) -> tuple[Schema, exp.Expr]:
         """A file reader's schema (its declaration's, else its files' one) and the read
@@ -194,9 +218,7 @@ def _parsed_reader(reader_sql: str) -> exp.Table:
 
 
 def _read(source: exp.Table, reading: Reading) -> exp.Expr:
-    """How the generated SQL reads ``source``: a file reader's files to its schema."""
-    if not isinstance(source.this, exp.Func):
-        return source.copy()
+    """How the generated SQL reads a file reader: its files to its schema."""
     return reading(source_sql(source))[1].copy()
 
 

@@ -200,10 +200,12 @@ class _Sizes:
         self._scopes = scopes
         self._catalog = catalog
         self._columns: dict[tuple[int, str], Size] = {}
-        self.created: dict[int, Size] = {}
-        """The size of each value a row's evaluation creates, by node."""
-        self.work: dict[int, Size] = {}
-        """The regular-expression work of each pattern match, by node."""
+        self._costs: dict[tuple[int, str], tuple[Size, Size]] = {}
+        self.created: dict[object, Size] = {}
+        """The size of each value a row's evaluation creates, by node (and by each further
+        reference to a derived table's column: ``_column``)."""
+        self.work: dict[object, Size] = {}
+        """The regular-expression work of each pattern match, likewise."""
 
     def of(self, node: exp.Expr, scope: Scope) -> Size:
         size = self._size(node, scope)
@@ -258,7 +260,33 @@ class _Sizes:
         key = (id(source.expression), column.name)
         if key not in self._columns:
             self._columns[key] = self._projection(source, column.name)
+        else:
+            # Each further reference may evaluate the column's definition again: DuckDB
+            # copies a derived table's expression into every filter that reads it, so 150
+            # references in WHERE ran one pattern match 150 times (red team 13).
+            created, work = self._cost(source, column.name)
+            self.created[("reference", id(column))] = created
+            self.work[("reference", id(column))] = work
         return self._columns[key]
+
+    def _cost(self, source: Scope, name: str) -> tuple[Size, Size]:
+        """What evaluating a derived table's column once creates, and its pattern work:
+        its definition's nodes and, through the derived columns it reads, theirs."""
+        key = (id(source.expression), name)
+        if key not in self._costs:
+            self._costs[key] = (NOTHING, NOTHING)  # a cycle adds nothing more
+            created, work = NOTHING, NOTHING
+            for definition in self._definitions(source, name):
+                scope = self._scope_of(source, definition)
+                for node in definition.walk():
+                    created += self.created.get(id(node), NOTHING)
+                    work += self.work.get(id(node), NOTHING)
+                    inner = scope.sources.get(node.table) if isinstance(node, exp.Column) else None
+                    if isinstance(inner, Scope):
+                        deeper = self._cost(inner, node.name)
+                        created, work = created + deeper[0], work + deeper[1]
+            self._costs[key] = (created, work)
+        return self._costs[key]
 
     def _refuse_nested(self, value: exp.Expr, scope: Scope, seen: set[tuple[int, str]]) -> None:
         """Refuse if a column ``value`` reads holds a nested value at its source."""

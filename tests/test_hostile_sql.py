@@ -877,6 +877,29 @@ def test_a_key_list_never_shows_or_tests_enum_members(hostile: bool) -> None:
         assert PLANTED not in shown and "note 3" not in shown
 
 
+@pytest.mark.parametrize(
+    "condition", ["hash(d) = hash(0)", "d < 'a'", "least(d, 'zzz') = 'zzz'", "d::INT = 0"]
+)
+def test_an_enum_is_text_to_the_engine_too(condition: str) -> None:
+    """On an ENUM, ``hash``, ``<`` and ``least`` work on the members' positions, which the
+    member list — data — decides: ``hash(d) = hash(0)`` counted the units holding the
+    first member, and one unit's value could make it another (red team 13). Each ENUM
+    column is read as VARCHAR, so the answer is the same on D and D+u."""
+    found = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE raw AS SELECT i AS user_id, 'happy' AS d FROM range(300) r(i)")
+        if hostile:
+            con.execute(f"INSERT INTO raw VALUES (999, '{PLANTED}')")
+        con.execute("CREATE TYPE mood AS ENUM (SELECT DISTINCT d FROM raw ORDER BY d)")
+        con.execute("CREATE TABLE visits AS SELECT user_id, d::mood AS d FROM raw")
+        session = privsql.connect(con, budget=1e6, seed=7, insecure=True)
+        session.protect("visits", privacy_unit="user_id")
+        sql = f"SELECT COUNT(*) FROM visits WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 1"
+        found.append(session.sql(f"{sql} EPSILON 100000").fetchall()[0][0])
+    assert abs(found[1] - found[0]) <= 1.01
+
+
 def test_a_key_list_reads_no_row_of_its_source() -> None:
     """The key list is compared under its key's own collation by a statement over the
     query's FROM under WHERE false, unguarded there: a key that fails on every row
@@ -1006,6 +1029,31 @@ def test_scalars_printed_as_text_are_answered(nested: privsql.Session) -> None:
         "AS d WHERE q <> t PRIVACY_UNIT user_id EPSILON 1"
     )
     assert nested.sql(sql).fetchall()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM (SELECT user_id, {work} AS m FROM ratings) AS d "
+        "WHERE m AND m AND m PRIVACY_UNIT user_id BOUND ROWS 5",
+        "SELECT SUM(CAST(m AS INT) + CAST(m AS INT) CLAMPED BETWEEN 0 AND 2) FROM "
+        "(SELECT user_id, {work} AS m FROM ratings) AS d WHERE m PRIVACY_UNIT user_id "
+        "BOUND ROWS 5",
+        "SELECT COUNT(*) FROM (SELECT user_id, m AND m AS n FROM (SELECT user_id, {work} AS m "
+        "FROM ratings) AS d) AS e WHERE n AND n PRIVACY_UNIT user_id BOUND ROWS 5",
+    ],
+)
+def test_work_counts_once_per_reference_to_a_derived_column(
+    db: privsql.Session, sql: str
+) -> None:
+    """DuckDB copies a derived table's expression into every filter that reads its column,
+    so 150 references in WHERE ran one pattern match 150 times, and nested derived tables
+    multiplied it per level (red team 13: 0.12 s against 1.1 s on one unit's 20 rows).
+    Each reference after the first counts the column's work again; the work that one
+    reference may cost (``test_work_inside_a_dp_aggregate_counts_as_often_as_it_runs``)
+    referenced three times is refused."""
+    work = "regexp_matches(lpad(note, 5000, 'x'), 'ab{{10}}c')"
+    assert "regular expressions" in str(refused(db, sql.format(work=work)))
 
 
 @pytest.mark.parametrize(("length", "accepted"), [(5000, True), (10000, False)])
