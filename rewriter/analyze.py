@@ -44,8 +44,11 @@ from rewriter.temporal import measure_as_numbers
 
 FORBIDDEN_FUNCTIONS = frozenset(
     {"getvariable", "current_setting", "error", "query", "query_table", "read_text", "read_blob"}
+    | {"enum_range", "enum_range_boundary", "enum_first", "enum_last", "enum_code", "typeof"}
 )
-"""Scalar functions that read session state or data behind the analyser's back."""
+"""Scalar functions that read session state or data behind the analyser's back — an ENUM
+type's member list is data (``CREATE TYPE … AS ENUM (SELECT DISTINCT …)``), and these
+print it or a member's position, from any value of the type (red team 14)."""
 
 
 @dataclass(frozen=True)
@@ -243,10 +246,25 @@ def _refuse_forbidden(select: exp.Query, catalog: Catalog) -> None:
         name = _function_name(func)
         if name in FORBIDDEN_FUNCTIONS:
             raise StatementNotAllowed(f"function {name} is not allowed in privsql queries")
+    for kind in select.find_all(exp.DataType):
+        if kind.this == exp.DType.USERDEFINED and _exists(kind, catalog):
+            raise StatementNotAllowed(
+                "casts to a user-defined type are not allowed: an ENUM type's members are "
+                "data, and a cast to it tests whether a value is one"
+            )
     reserved = catalog.reserved_schema.lower()
     for table in select.find_all(exp.Table):
         if reserved in (table.db.lower(), table.catalog.lower()):
             raise StatementNotAllowed(f"schema {catalog.reserved_schema} is privsql's own")
+
+
+def _exists(kind: exp.DataType, catalog: Catalog) -> bool:
+    """Whether a type the query names exists (else the type check says it does not)."""
+    try:
+        catalog.evaluate(f"SELECT CAST(NULL AS {kind.sql(dialect='duckdb')})")
+    except PrivacyError:
+        return False
+    return True
 
 
 def _sources(select: exp.Query) -> list[exp.Table]:
