@@ -133,9 +133,13 @@ def refuse_growth(query: exp.Query, catalog: Catalog) -> None:
     if root is None:
         return
     sizes = _Sizes({id(scope.expression): scope for scope in root.traverse()}, catalog)
+    runs = _cte_runs(query)
     for scope in root.traverse():
         for part in _parts(scope.expression):
             sizes.of(part, scope)
+        again = runs.get(id(scope.expression), 1) - 1
+        for part in _parts(scope.expression) if again > 0 else []:
+            sizes.work[("runs", id(part))] = sizes.subtree(part, scope)[1].times(again)
     created = sum(sizes.created.values(), NOTHING)
     work = sum(sizes.work.values(), NOTHING).times(PRIVATE_STATEMENTS)
     if created.factor > MAX_TOTAL_FACTOR or created.constant > MAX_CONSTANT:
@@ -232,7 +236,7 @@ class _Sizes:
         total = sum(sizes, NOTHING)
         repeated, times = _evaluated_again(node)
         if repeated is not None:
-            created, work = self._subtree(repeated, scope)
+            created, work = self.subtree(repeated, scope)
             self.created[("again", id(node))] = created.times(times)
             self.work[("again", id(node))] = work.times(times)
         if isinstance(node, PATTERNS):
@@ -274,7 +278,7 @@ class _Sizes:
             self.work[("reference", id(column))] = work
         return self._columns[key]
 
-    def _subtree(self, node: exp.Expr, scope: Scope) -> tuple[Size, Size]:
+    def subtree(self, node: exp.Expr, scope: Scope) -> tuple[Size, Size]:
         """What evaluating ``node`` once creates, and its pattern work: its nodes' (and what
         they evaluate again), and through the derived columns it reads, theirs."""
         created, work = NOTHING, NOTHING
@@ -296,7 +300,7 @@ class _Sizes:
             self._costs[key] = (NOTHING, NOTHING)  # a cycle adds nothing more
             created, work = NOTHING, NOTHING
             for definition in self._definitions(source, name):
-                more = self._subtree(definition, self._scope_of(source, definition))
+                more = self.subtree(definition, self._scope_of(source, definition))
                 created, work = created + more[0], work + more[1]
             self._costs[key] = (created, work)
         return self._costs[key]
@@ -376,6 +380,30 @@ class _Sizes:
         if not isinstance(query, exp.Select) or position >= len(query.expressions):
             raise UnsupportedQuery("a column of a set operation could not be sized")
         return self.of(query.expressions[position].unalias(), branch)
+
+
+def _cte_runs(query: exp.Query) -> dict[int, int]:
+    """How many times each CTE's body runs, by the body's node: the generated SQL inlines a
+    private CTE wherever it is read, so one read in two places, by a CTE read in two, runs
+    four times (``Relations.refuse_private_rereads`` allows four) — and its pattern work
+    with it (red team 14). A shadowed name counts for every CTE of that name: more, not
+    less."""
+    ctes = {cte.alias_or_name.lower(): cte for cte in query.find_all(exp.CTE)}
+    readers: dict[str, list[str | None]] = {}
+    for table in query.find_all(exp.Table):
+        name = table.name.lower()
+        if name in ctes and not table.db and not isinstance(table.parent, exp.CTE):
+            outer = table.find_ancestor(exp.CTE)
+            readers.setdefault(name, []).append(outer.alias_or_name.lower() if outer else None)
+    found: dict[str | None, int] = {None: 1}
+
+    def runs(name: str | None) -> int:
+        if name not in found:
+            found[name] = 0  # a CTE read by itself: recursion is refused elsewhere
+            found[name] = sum(runs(reader) for reader in readers.get(name, []))
+        return found[name]
+
+    return {id(cte.this): runs(name) for name, cte in ctes.items()}
 
 
 def _evaluated_again(node: exp.Expr) -> tuple[exp.Expr | None, int]:

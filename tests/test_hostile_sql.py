@@ -1052,6 +1052,21 @@ def test_work_counts_as_often_as_duckdb_evaluates_it(db: privsql.Session, wrappe
     assert "regular expressions" in str(refused(db, sql))
 
 
+def test_work_in_a_cte_counts_once_per_run(db: privsql.Session) -> None:
+    """A private CTE is inlined wherever it is read, so a CTE read twice by one read twice
+    runs its WHERE's pattern four times (red team 14: counted once, 2.5× one unit's time).
+    Work accepted in a CTE read once is refused when that CTE is read twice."""
+    work = "regexp_matches(lpad(note, 4000, 'x'), 'ab{10}c')"
+    cte = f"WITH c1 AS (SELECT user_id, note FROM ratings WHERE {work})"
+    once = f"{cte} SELECT COUNT(*) FROM c1 PRIVACY_UNIT user_id BOUND ROWS 5"
+    assert db.sql(f"{once} EPSILON 1").fetchall()
+    twice = (
+        f"{cte}, c2 AS (SELECT a.user_id FROM c1 AS a JOIN c1 AS b USING (user_id)) "
+        "SELECT COUNT(*) FROM c2 PRIVACY_UNIT user_id BOUND ROWS 5"
+    )
+    assert "regular expressions" in str(refused(db, twice))
+
+
 @pytest.mark.parametrize(
     "sql",
     [
