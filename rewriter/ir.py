@@ -44,6 +44,7 @@ from sqlglot.optimizer.scope import build_scope
 
 from rewriter.catalog import Catalog
 from rewriter.errors import PrivacyError, UnsupportedQuery
+from rewriter.files import INTEGERS
 from rewriter.guard import condition, never_raise_named
 from rewriter.relations import Origin, Relations, items, source_sql
 from rewriter.resolve import IDENTITY
@@ -430,10 +431,7 @@ class _Builder:
         return (found[0], found[1]) if len(found) == 2 else None
 
 
-EXACT_INTEGERS = frozenset(
-    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
-    | {"UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
-)
+EXACT_INTEGERS = INTEGERS - {"UHUGEINT"}
 """Integer types DuckDB compares with one another in a type that holds both (UHUGEINT
 against any other is compared as DOUBLE)."""
 
