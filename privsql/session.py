@@ -39,7 +39,7 @@ from privsql.progress import AFTER, watch
 from privsql.result import Result
 from privsql.schema import describe, schema_statement, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
-from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity
+from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity, public_type
 from rewriter.compiler import (
     Compiled,
     Decided,
@@ -262,7 +262,7 @@ class Session:
                 (named,) = self._con.execute(f"SELECT typeof(CAST(NULL AS {spelt}))").fetchone()
             except (sqlglot.errors.ParseError, ValueError, duckdb.Error):
                 raise PrivacyError(f"{kind!r} is not a DuckDB type") from None
-            schema.append((name, named))
+            schema.append((name, public_type(named)))  # an ENUM is read as VARCHAR
         return tuple(schema)
 
     @_one_at_a_time
