@@ -809,7 +809,12 @@ def _release(
 
 
 def _post_processing(plan: Plan, keys: list[str]) -> str:
-    """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only."""
+    """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only.
+
+    Rows come out in an order decided by released values alone: the analyst's ORDER BY,
+    then the group keys. The engine's own order is not: a key list's groups that no unit
+    holds left the domain's join after those some unit holds, so the order of a listed
+    key (and which rows a LIMIT kept) told whether any unit was in its group."""
     analysis = plan.analysis
     statistics = {to_sql(s.aggregate.node): s.expression for s in plan.statistics}
     key_columns = {to_sql(k.expression): n for k, n in zip(analysis.keys, keys, strict=True)}
@@ -850,9 +855,11 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
         query = query.where(
             having.this.transform(resolve_aliases).transform(released, copy=False), copy=False
         )
-    order = analysis.select.args.get("order")
-    if order is not None:
-        query.set("order", order.transform(released))
+    written = analysis.select.args.get("order")
+    order = [o.transform(released) for o in written.expressions] if written is not None else []
+    order += [exp.Ordered(this=column(k, RELEASED), nulls_first=False) for k in keys]
+    if order:
+        query.set("order", exp.Order(expressions=order))
     for arg in ("limit", "offset"):
         if analysis.select.args.get(arg) is not None:
             query.set(arg, analysis.select.args[arg].copy())

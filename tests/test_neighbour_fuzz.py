@@ -22,7 +22,9 @@ units). Each query runs on both sessions and the test asserts:
 * byte-identical error text (nothing is masked);
 * the same output column names and Arrow types;
 * the same row count when there is no GROUP BY or every key is public (a ``keys=``
-  list, or ``p.name`` from the public table ``p``);
+  list, or ``p.name`` from the public table ``p``), and the same row order of every
+  column that holds the same values on both, unless the query orders by (noisy) values
+  (the keys: a listed key no unit of D holds came last on D and in its place on D');
 * no planted marker in any message or anywhere in an exception chain.
 
 Exemptions, narrow by construction rather than by filtering: post-processing thresholds
@@ -173,6 +175,8 @@ class Outcome:
     types: tuple[str, ...] = ()
     rows: int = 0
     chain: str = ""
+    values: tuple[tuple[str, ...], ...] = ()
+    """Each column's values in row order (their reprs)."""
 
 
 def run(db: privsql.Session, sql: str, keys: dict[str, list] | None) -> Outcome:
@@ -188,6 +192,7 @@ def run(db: privsql.Session, sql: str, keys: dict[str, list] | None) -> Outcome:
         columns=tuple(table.column_names),
         types=tuple(str(t) for t in table.schema.types),
         rows=table.num_rows,
+        values=tuple(tuple(map(repr, c.to_pylist())) for c in table.columns),
     )
 
 
@@ -530,6 +535,10 @@ def compare(neighbours: tuple[privsql.Session, ...], query: Query) -> None:
     assert (a.columns, a.types) == (b.columns, b.types), f"schema differs: {query}\n{a}\n{b}"
     if query.public_keys:
         assert a.rows == b.rows, f"row count differs with public keys: {query}\n{a}\n{b}"
+        ordered = "ORDER BY" in query.sql.upper()  # by noisy values: an order of its own
+        for x, y in zip(a.values, b.values, strict=True):  # a key's column: the same values
+            if not ordered and sorted(x) == sorted(y):
+                assert x == y, f"row order differs with public keys: {query}\n{x}\n{y}"
 
 
 @settings(
