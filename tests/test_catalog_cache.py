@@ -200,4 +200,4 @@ def test_a_cast_key_list_is_not_reused_after_the_key_is_retyped(retype: str) -> 
     assert [row[0] for row in db.sql(sql.format(1), keys=keys).fetchall()] == [1, 2]
     assert [row[0] for row in db.sql(sql.format(1.5), keys=keys).fetchall()] == [1, 2]
     con.execute(retype)
-    assert [row[0] for row in db.sql(sql.format(2), keys=keys).fetchall()] == ["1", "01", "2"]
+    assert [row[0] for row in db.sql(sql.format(2), keys=keys).fetchall()] == ["01", "1", "2"]
