@@ -27,7 +27,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from privsql.engines import Engine
+from privsql.engines import Engine, builtin_functions
 from privsql.ledger import Ledger, database_path
 from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
 from rewriter.errors import InvalidOption, UnsupportedQuery
@@ -74,6 +74,7 @@ class CatalogCache:
             evaluate=partial(_evaluate, connection),  # no reference back to the cache
             count_rows=partial(_count_rows, engine),
             declared_files_only=declared_files_only,
+            builtins=builtin_functions(),
         )
         self._unreadable = ledger.files | _files_of(connection)  # paths: fixed for a session
         self._version: _Version | None = None
@@ -122,6 +123,7 @@ class CatalogCache:
             public=frozenset(n for n, (_, public) in declared.items() if public),
             tables=frozenset(identity(t, database) for t, _ in listing),
             views={identity(t, database): sql for t, sql in listing if sql},
+            defined=self._engine.defined_functions(),
             memo={},
         )
 

@@ -12,6 +12,7 @@ DuckDB. Either way the ledger and the owner's declarations live in that DuckDB d
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -66,6 +67,11 @@ class Engine(Protocol):
         (``CREATE VIEW ...``) where the engine has one. An engine that can tell its catalogue
         is unchanged returns the very same list as last time (callers may keep what they
         derived from it while it is)."""
+        ...
+
+    def defined_functions(self) -> frozenset[str]:
+        """The functions a query may call that the engine does not bring itself (macros,
+        user functions): analyst SQL calls none of them (``rewriter.functions``)."""
         ...
 
     def check(self, analysis: Analysis) -> None:
@@ -216,6 +222,12 @@ class DuckDBEngine:
         self._listing = ([row[:5] for row in rows], found)
         return found
 
+    def defined_functions(self) -> frozenset[str]:
+        rows = self._con.execute(  # no function call: a defined one would run in its place
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE NOT internal"
+        ).fetchall()
+        return frozenset(name.lower() for (name,) in rows)
+
     def types(self, statement: str) -> list[str]:
         try:
             return [row[1] for row in self._con.execute(f"DESCRIBE {statement}").fetchall()]
@@ -310,6 +322,11 @@ class SparkEngine:
                 found.append((exp.table_(table.name, db=".".join(namespace)), None))
         return found
 
+    def defined_functions(self) -> frozenset[str]:
+        """Spark's own functions and the session's are not told apart here (docs/privacy.md
+        §10): the owner's Spark session is trusted to define none that reads private data."""
+        return frozenset()
+
     def types(self, statement: str) -> list[str]:
         from pyspark.errors import PySparkException
 
@@ -379,14 +396,17 @@ class SparkEngine:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
 
 
-def post_process(connection: duckdb.DuckDBPyConnection, statement: str, released: pa.Table):
+def post_process(statement: str, released: pa.Table) -> pa.Table:
     """The analyst's post-processing (``Stages.final``) over released values only.
 
-    It runs after the charge, on its own cursor where ``__released`` is the released table
-    and nothing private is in reach of the statement's names, so what it computes — and
-    any error it raises — is a function of released values (post-processing, SPEC §2).
+    It runs after the charge, in a database of its own (``_released_only``) where
+    ``__released`` is the released table and nothing else is: no table, view, macro,
+    sequence, setting of the session's database and no file is in its reach, whatever
+    the statement calls. So what it computes — and any error it raises — is a function of
+    released values (post-processing, SPEC §2). On the session's own connection a macro
+    read private tables and ``pg_get_viewdef`` printed views' definitions (red team 15).
     """
-    cursor = connection.cursor()
+    cursor = _released_only().cursor()
     try:
         cursor.register(RELEASED, released)
         with warnings.catch_warnings():
@@ -400,6 +420,30 @@ def post_process(connection: duckdb.DuckDBPyConnection, statement: str, released
         f"{message} (the answer was released and charged; it is stored, and re-running the "
         "query returns it at no cost)"
     )
+
+
+@functools.cache
+def builtin_functions() -> dict[str, bool]:
+    """DuckDB's own functions by name, each with whether it computes from its arguments
+    alone — an aggregate, a window function or a ``CONSISTENT`` scalar function — rather
+    than reading the catalogue (macros such as ``pg_get_viewdef``), a sequence, a setting
+    or the clock (``rewriter.functions.refuse_unsafe_public``). Read from an empty
+    database, where every function is DuckDB's."""
+    rows = _released_only().execute(
+        "SELECT function_name, bool_and(function_type IN ('aggregate', 'window') OR "
+        "(function_type = 'scalar' AND stability = 'CONSISTENT')) "
+        "FROM duckdb_functions() WHERE internal GROUP BY function_name"
+    ).fetchall()
+    return {name.lower(): safe for name, safe in rows}
+
+
+@functools.cache
+def _released_only() -> duckdb.DuckDBPyConnection:
+    """An empty in-memory database, shared by the process, that reads no file and whose
+    settings are locked: where post-processing runs (each call on a cursor of its own)."""
+    connection = duckdb.connect(config={"enable_external_access": False})
+    connection.execute("SET lock_configuration = true")
+    return connection
 
 
 def _first_line(error: Exception) -> str:

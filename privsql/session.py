@@ -25,7 +25,7 @@ from sqlglot import exp
 import udfs
 from privsql.accuracy import bounding_check, guessed_outputs, half_widths, ranges
 from privsql.catalog_cache import CatalogCache
-from privsql.engines import DuckDBEngine, Engine, SparkEngine, post_process
+from privsql.engines import DuckDBEngine, Engine, SparkEngine, builtin_functions, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
 from privsql.ledger import (
     LOCK_TIMEOUT,
@@ -52,6 +52,7 @@ from rewriter.dialect import to_sql
 from rewriter.errors import InvalidOption, PrivacyError
 from rewriter.files import Schema, reader_schema
 from rewriter.fingerprint import answer_spelling, fingerprint_sql
+from rewriter.functions import refuse_defined
 from rewriter.generate import (
     RELEASED,
     SUPPORT_PREFIX,
@@ -290,6 +291,8 @@ class Session:
         catalog = self._catalogs.current(state.declared)
         analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):
+            # read again: a macro made since the catalogue was would run as written
+            refuse_defined(analysis.select, self._engine.defined_functions(), builtin_functions())
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
@@ -305,7 +308,7 @@ class Session:
                 StoredAnswer(key, released.data, released.table),
                 known=state,
             )
-        table = post_process(self._con, parts.final, released.table).replace_schema_metadata(
+        table = post_process(parts.final, released.table).replace_schema_metadata(
             released.table.schema.metadata
         )
         guessed = released.compiled.decided.guessed
@@ -659,7 +662,7 @@ class Session:
         visible = table.drop_columns(support)
         restore = restore_sql(query_plan.analysis.temporal, visible.column_names, RELEASED)
         if restore is not None:  # dates and timestamps measured as numbers (post-processing)
-            visible = post_process(self._con, restore, visible)
+            visible = post_process(restore, visible)
         widths = half_widths(query_plan, table)
         return Result(
             visible,

@@ -33,7 +33,7 @@ from rewriter.errors import (
 )
 from rewriter.expressions import Clamped, PrivacyUnit
 from rewriter.fanout import check_fan_out
-from rewriter.functions import refuse_unlisted
+from rewriter.functions import refuse_defined, refuse_unlisted, refuse_unsafe_public
 from rewriter.growth import refuse_growth
 from rewriter.ir import Relation, build, public_ctes
 from rewriter.options import PrivacyOptions, read_options
@@ -189,6 +189,8 @@ def _analyze(
             raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
         if any(select.find_all(Clamped)):
             raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
+        if catalog.builtins is not None:
+            refuse_unsafe_public(select, catalog.builtins)
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
@@ -246,6 +248,7 @@ def _refuse_forbidden(select: exp.Query, catalog: Catalog) -> None:
         name = _function_name(func)
         if name in FORBIDDEN_FUNCTIONS:
             raise StatementNotAllowed(f"function {name} is not allowed in privsql queries")
+    refuse_defined(select, catalog.defined, catalog.builtins or {})
     for kind in select.find_all(exp.DataType):
         if kind.this == exp.DType.USERDEFINED and _exists(kind, catalog):
             raise StatementNotAllowed(

@@ -42,6 +42,7 @@ Notable exclusions, probed on duckdb 2.0.0:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from sqlglot import exp
 
@@ -173,6 +174,47 @@ def duckdb_name(node: exp.Func) -> str | None:
     if len(calls) != 1 or not sql.startswith(calls[0]):
         return None
     return calls[0].lower()
+
+
+def refuse_defined(query: exp.Expr, defined: frozenset[str], builtins: Mapping[str, bool]) -> None:
+    """Refuse a call of a function the database defines rather than DuckDB. A macro's body
+    may read any table, which the analyser never sees (``SELECT total() FROM pub``
+    returned a private table's exact sum as public, red team 15). A function defined with
+    a name of DuckDB's own (``lower``, ``sum``) replaces it in every statement that calls
+    it, privsql's generated ones too, so there every query is refused."""
+    if shadowed := sorted(defined & builtins.keys()):
+        raise UnsupportedQuery(
+            f"this database defines a function {shadowed[0]}, a name of DuckDB's own: "
+            "privsql cannot run its SQL there"
+        )
+    for node in query.find_all(exp.Func):
+        name = duckdb_name(node)
+        if name is not None and name in defined:
+            raise UnsupportedQuery(
+                f"function {name} is defined in this database: privsql queries call only "
+                "DuckDB's own functions"
+            )
+
+
+def refuse_unsafe_public(query: exp.Expr, builtins: Mapping[str, bool]) -> None:
+    """Refuse, in a query over public data, a DuckDB function that reads more than its
+    arguments: built-in macros read the catalogue (``pg_get_viewdef`` prints a view's
+    definition, constants from private data among them), ``nextval``/``currval`` a
+    sequence (how many rows were ever inserted), ``txid_current`` the database's history
+    (red team 15). Allowed: the row-level allow-list, aggregates, window functions and
+    scalar functions of their arguments alone (DuckDB's ``CONSISTENT`` ones) — ``builtins``
+    says which. A table function in FROM is the resolver's business; a node DuckDB knows
+    as syntax (CASE, COALESCE, a cast) is no function of its catalogue."""
+    for node in query.find_all(exp.Func):
+        if isinstance(node.parent, exp.Table) and node.arg_key == "this":
+            continue
+        name = duckdb_name(node)
+        if name is None or name in ALLOWED_FUNCTIONS or builtins.get(name, True):
+            continue
+        raise UnsupportedQuery(
+            f"function {name} reads more than its arguments: it is not allowed in privsql "
+            "queries"
+        )
 
 
 def refuse_unlisted(node: exp.Expr) -> None:

@@ -465,6 +465,65 @@ def test_no_route_to_the_secret_or_session_state(db: privsql.Session, sql: str) 
     refused(db, sql)
 
 
+# The database's own functions, catalogue and sequences (red team 15) ----------------------
+
+CATALOGUE_ROUTES = [
+    "SELECT total_rating() AS s FROM movies",
+    "SELECT holders(0) AS s FROM movies",
+    "SELECT COUNT(*) AS n FROM ratings WHERE total_rating() > 0 PRIVACY_UNIT user_id",
+    "SELECT o, pg_get_viewdef(o) AS d FROM movies, generate_series(0, 100000) g(o) "
+    "WHERE pg_get_viewdef(o) LIKE '%zq%'",
+    "SELECT pg_get_constraintdef(o) AS d FROM movies, generate_series(0, 100000) g(o)",
+    "SELECT nextval('visit_id') AS n FROM movies",
+    "SELECT currval('visit_id') AS n FROM movies",
+    "SELECT NEXT VALUE FOR visit_id AS n FROM movies",
+    "SELECT txid_current() AS n FROM movies",
+    "SELECT current_transaction_id() AS n FROM movies",
+    "SELECT stats(movie_id) AS s FROM movies",
+]
+
+
+@pytest.fixture
+def owned(db: privsql.Session) -> privsql.Session:
+    """``db`` where the owner made macros over the private table, a view whose definition
+    holds a planted value and a sequence counting the private rows."""
+    con = db._con
+    con.execute("CREATE MACRO total_rating() AS (SELECT sum(rating) FROM ratings)")
+    con.execute("CREATE MACRO holders(r) AS (SELECT list(user_id) FROM ratings WHERE rating > r)")
+    con.execute(f"CREATE VIEW watched AS SELECT * FROM ratings WHERE note = '{PLANTED}'")
+    con.execute("CREATE SEQUENCE visit_id")
+    con.execute("SELECT nextval('visit_id') FROM ratings").fetchall()
+    return db
+
+
+@pytest.mark.parametrize("sql", CATALOGUE_ROUTES)
+def test_no_route_through_the_databases_functions(owned: privsql.Session, sql: str) -> None:
+    """A macro's body reads what the analyser never sees (a public query returned a private
+    sum exactly, for free), pg_get_viewdef printed a view's constants, nextval told how
+    many rows were ever inserted: functions the database defines and DuckDB's functions
+    of more than their arguments are refused in every query."""
+    refused(owned, sql)
+
+
+def test_a_function_named_like_a_builtin_refuses_every_query(owned: privsql.Session) -> None:
+    """A macro ``lower`` replaces DuckDB's in every statement, privsql's own too: made
+    after the session read its catalogue, it is refused in a public query at once."""
+    owned._con.execute("CREATE MACRO lower(a) AS (SELECT count(*) FROM ratings)")
+    assert "lower" in str(refused(owned, "SELECT lower(title) AS t FROM movies"))
+
+
+def test_post_processing_reaches_no_part_of_the_database(owned: privsql.Session) -> None:
+    """Post-processing runs in a database of its own: the view, the sequence and the
+    files of the session's database are not there, whatever it calls."""
+    oid = owned._con.execute("SELECT view_oid FROM duckdb_views() WHERE view_name = 'watched'")
+    count = "SELECT COUNT(*) AS n, {} AS v FROM ratings PRIVACY_UNIT user_id"
+    r = owned.sql(count.format(f"pg_get_viewdef(COUNT(*) * 0 + {oid.fetchall()[0][0]})"))
+    assert r.fetchall()[0][1] is None
+    with pytest.raises(PrivacyError) as caught:
+        owned.sql(count.format("currval('visit_id')"))
+    assert "visit_id does not exist" in str(caught.value)
+
+
 # Per-unit parts that depend on the order rows arrive in ----------------------------------
 
 @pytest.mark.parametrize("aggregate", ["FIRST(rating)", "LAST(rating)", "ARG_MAX(rating, row_id)",
