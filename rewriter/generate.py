@@ -49,6 +49,7 @@ from rewriter.guard import never_raise
 from rewriter.ir import private_rows
 from rewriter.plan import BUCKETS, ROW_WEIGHT_BITS, Measurement, Plan, Statistic, scaled
 from rewriter.sqlbuild import (
+    DUCKDB,
     OVER,
     Layout,
     at_most,
@@ -91,7 +92,11 @@ class Functions:
 
 
 def _sql(node: exp.Expr) -> str:
-    return node.sql(dialect="duckdb")
+    """``node`` as DuckDB SQL (sqlglot's normalised function names), printed in place: every
+    tree passed here is built for this printing from copies (``never_raise``, ``transform``
+    and ``rewriter.ir`` copy what they take from the analysis), and sqlglot's default copy
+    of it would be most of the printing's cost."""
+    return DUCKDB.generate(node, copy=False)
 
 
 def _common(plan: Plan, layout: Layout) -> dict[str, str]:
