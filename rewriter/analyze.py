@@ -230,7 +230,7 @@ def _analyze(
         keys=tuple(Key(k, d, n) for k, (d, n) in zip(key_nodes, domains, strict=True)),
         aggregates=aggregates,
         sources=tuple(_sources(select)),
-        written=to_sql(text),
+        written=to_sql(text, copy=False),  # text is a copy made to be printed
         temporal=temporal,
         rows=rows,
         ctes=tuple(public_ctes(select, relations)),

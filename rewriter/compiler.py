@@ -21,6 +21,7 @@ from rewriter.analyze import Analysis
 from rewriter.catalog import Bounds
 from rewriter.generate import (
     Functions,
+    Sources,
     Stages,
     bounds_sql,
     groups_sql,
@@ -108,7 +109,7 @@ class Compiled:
     stages: Stages | None
 
 
-def threshold_search(query_plan: Plan) -> Search:
+def threshold_search(query_plan: Plan, sources: Sources | None = None) -> Search:
     """The AUTO caps' search: how many units have a kept cell above each size of
     ``CANDIDATES`` (and, for EMMMR20's rule, the totals of their mean values), then the
     rank rule's counts above each size of ``ROW_CANDIDATES``: of kept cells when MAX_GROUPS
@@ -121,17 +122,17 @@ def threshold_search(query_plan: Plan) -> Search:
         ranked = [r[1:3] for r in rows if bool(r[0]) == cells]
         return units + size_summary(ranked, ROW_CANDIDATES)[1:]
 
-    return Search("threshold", threshold_sql(query_plan), summary, plan=query_plan)
+    return Search("threshold", threshold_sql(query_plan, sources), summary, plan=query_plan)
 
 
-def groups_search(query_plan: Plan) -> Search:
+def groups_search(query_plan: Plan, sources: Sources | None = None) -> Search:
     """MAX_GROUPS AUTO's search: how many units touch more than each number of groups in
     ``group_counts`` (the candidates, and every number up to 64 when keys are not listed)."""
     assert query_plan.group_search is not None
     counts = group_counts(query_plan)
     return Search(
         "groups",
-        groups_sql(query_plan),
+        groups_sql(query_plan, sources),
         lambda rows: size_summary(rows, counts),
         plan=query_plan,
     )
@@ -144,9 +145,11 @@ def compile_query(
     delta: float,
     functions: Functions,
     decided: Decided | None = None,
+    sources: Sources | None = None,
 ) -> Compiled:
     """The next search for ``analysis`` under ``decided``, or its release once nothing is
-    left to decide; ``epsilon`` and ``delta`` are the session's defaults."""
+    left to decide; ``epsilon`` and ``delta`` are the session's defaults. ``sources`` keeps
+    the rendered ``__source`` stages for the compilation's next steps (``compile_all``)."""
     decided = decided or Decided()
     estimating = bounds_search(analysis, epsilon=epsilon)
     if estimating is not None and not decided.bounds:
@@ -164,13 +167,14 @@ def compile_query(
         analysis, epsilon=epsilon, delta=delta, spent=decided.spent, decided_groups=decided.groups
     )
     if query_plan.group_search is not None:  # groups first: rows are capped per cell
-        return Compiled(analysis, decided, query_plan, groups_search(query_plan), None)
+        return Compiled(analysis, decided, query_plan, groups_search(query_plan, sources), None)
     if query_plan.search is not None:
         if decided.caps is None:
-            return Compiled(analysis, decided, query_plan, threshold_search(query_plan), None)
+            search = threshold_search(query_plan, sources)
+            return Compiled(analysis, decided, query_plan, search, None)
         query_plan = query_plan.with_caps(dict(decided.caps))
     decided = replace(decided, groups=query_plan.bounding.groups, caps=query_plan.caps)
-    return Compiled(analysis, decided, query_plan, None, stages(query_plan, functions))
+    return Compiled(analysis, decided, query_plan, None, stages(query_plan, functions, sources))
 
 
 def compile_all(
@@ -184,10 +188,17 @@ def compile_all(
 ) -> tuple[Compiled, tuple[Search, ...]]:
     """``compile_query`` until nothing is left to decide, each search's decision made by
     ``decide`` (the session: run the search and decide with noise; ``explain``: assume
-    placeholders): the release, and every search on the way, in the order they run."""
+    placeholders): the release, and every search on the way, in the order they run. The
+    statements share their ``__source`` stage, rendered once (``Sources``)."""
     searches: list[Search] = []
+    sources = Sources()
     step = compile_query(
-        analysis, epsilon=epsilon, delta=delta, functions=functions, decided=decided
+        analysis,
+        epsilon=epsilon,
+        delta=delta,
+        functions=functions,
+        decided=decided,
+        sources=sources,
     )
     while step.search is not None:
         searches.append(step.search)
@@ -197,5 +208,6 @@ def compile_all(
             delta=delta,
             functions=functions,
             decided=decide(step.search, step.decided),
+            sources=sources,
         )
     return step, tuple(searches)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from sqlglot import exp
 
 from rewriter.catalog import Catalog
-from rewriter.dialect import PrivSQL
+from rewriter.dialect import to_sql
 from rewriter.resolve import IDENTITY
 
 
@@ -69,7 +69,7 @@ def answer_spelling(select: exp.Select) -> Callable[[exp.Expr], str]:
         for part in list(root.walk()):
             part.comments = None  # a comment is whitespace to the question
             _respell(part, tables, outputs if outer is not None else {}, outer)
-        return root.sql(dialect=PrivSQL, copy=False)  # as ``to_sql``; root is a copy already
+        return to_sql(root, copy=False)  # root is a copy already
 
     return spelt
 

@@ -49,6 +49,7 @@ from rewriter.guard import never_raise
 from rewriter.ir import private_rows
 from rewriter.plan import BUCKETS, ROW_WEIGHT_BITS, Measurement, Plan, Statistic, scaled
 from rewriter.sqlbuild import (
+    DUCKDB,
     OVER,
     Layout,
     at_most,
@@ -91,30 +92,58 @@ class Functions:
 
 
 def _sql(node: exp.Expr) -> str:
-    return node.sql(dialect="duckdb")
+    """``node`` as DuckDB SQL (sqlglot's normalised function names), printed in place: every
+    tree passed here is built for this printing from copies (``never_raise``, ``transform``
+    and ``rewriter.ir`` copy what they take from the analysis), and sqlglot's default copy
+    of it would be most of the printing's cost."""
+    return DUCKDB.generate(node, copy=False)
 
 
-def _common(plan: Plan, layout: Layout) -> dict[str, str]:
+def _common(plan: Plan, layout: Layout, sources: Sources | None = None) -> dict[str, str]:
     """The stages every statement shares: rows, cells, and the groups each unit keeps.
 
     When no unit can touch more groups than MAX_GROUPS, every cell is kept and the cells
     stage itself is ``__chosen``: each stage is one more for DuckDB to plan (about half a
     millisecond of every query).
     """
-    source, cells = _source(plan, layout), render(_cells(layout))
+    source, cells = _source(plan, layout, sources), render(_cells(layout))
     if not plan.groups_may_exceed_cap:
         return {"__source": source, "__chosen": cells}
     return {"__source": source, "__cells": cells, "__chosen": render(_chosen(plan, layout))}
 
 
-def _source(plan: Plan, layout: Layout) -> str:
-    """The ``__source`` stage of the plan's measurements (``_rows``)."""
-    return _rows(
-        plan.analysis,
-        layout.keys,
-        [m.value for m in [*layout.valued, *layout.histograms]],
-        [*layout.values, *layout.buckets],
-    )
+def _source(plan: Plan, layout: Layout, sources: Sources | None = None) -> str:
+    """The ``__source`` stage of the plan's measurements (``_rows``), rendered once per
+    compilation when ``sources`` keeps it."""
+    values = [m.value for m in [*layout.valued, *layout.histograms]]
+    names = [*layout.values, *layout.buckets]
+    if sources is None:
+        return _rows(plan.analysis, layout.keys, values, names)
+    return sources.rows(plan.analysis, layout.keys, values, names)
+
+
+class Sources:
+    """The ``__source`` stages of one compilation, each rendered once.
+
+    A query's searches (MAX_GROUPS AUTO, the AUTO caps) and its release read the same rows
+    through the same ``__source`` (``_rows``), the costliest stage to build and print. It
+    is kept under everything it is built from: the analysis, by identity (one compilation
+    compiles one analysis, which is kept alive here, so the identity is never another's),
+    the keys' and values' names, and each row value as privsql prints it (``to_sql``, the
+    text queries are compared by). A plan whose rows differ gets its own.
+    """
+
+    def __init__(self) -> None:
+        self._rendered: dict[tuple, tuple[Analysis, str]] = {}
+
+    def rows(self, analysis: Analysis, keys: list[str], row_values: list, values: list[str]) -> str:
+        """``_rows(analysis, keys, row_values, values)``, rendered at most once."""
+        key = (id(analysis), tuple(keys), tuple(values), tuple(to_sql(v) for v in row_values))
+        found = self._rendered.get(key)
+        if found is None or found[0] is not analysis:
+            found = (analysis, _rows(analysis, keys, row_values, values))
+            self._rendered[key] = found
+        return found[1]
 
 
 def _with(ctes: dict[str, str]) -> str:
@@ -181,10 +210,11 @@ class Stages:
         return f"{_with(ctes)}\nSELECT * FROM {RELEASED}"
 
 
-def stages(plan: Plan, functions: Functions) -> Stages:
-    """The private query, split where its relations stop holding rows."""
+def stages(plan: Plan, functions: Functions, sources: Sources | None = None) -> Stages:
+    """The private query, split where its relations stop holding rows (its ``__source``
+    kept in ``sources``, when given, for the compilation's other statements)."""
     layout = Layout.of(plan)
-    ctes = _common(plan, layout)
+    ctes = _common(plan, layout, sources)
     grouped = _uses_groups(plan)
     if grouped:
         ctes["__bounded"] = render(STRATEGIES[plan.bounding.strategy].bounded(plan, layout))
@@ -213,7 +243,7 @@ def generate(plan: Plan, functions: Functions) -> str:
     return stages(plan, functions).statement()
 
 
-def threshold_sql(plan: Plan) -> str:
+def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
     """Rows, one per size of a unit's largest kept cell: ``false``, that number of rows, how
     many units have it, then, for each AVG under EMMMR20's rule (``Plan.mean_sums``), the
     total of those units' rounded mean centred values; when MAX_GROUPS is above 1, also one
@@ -265,7 +295,7 @@ def threshold_sql(plan: Plan) -> str:
             group=[column("__rows")],
         )
         summary = union_all([summary, cells])
-    return f"{_with(_common(plan, layout))}\n{render(summary)}"
+    return f"{_with(_common(plan, layout, sources))}\n{render(summary)}"
 
 
 def size_summary(
@@ -284,13 +314,13 @@ def size_summary(
     return tuple(summary)
 
 
-def groups_sql(plan: Plan) -> str:
+def groups_sql(plan: Plan, sources: Sources | None = None) -> str:
     """Rows, one per number of groups a unit touches: that number and how many units touch
     it (``size_summary`` folds them into how many touch more than each candidate) — the
     only input of MAX_GROUPS AUTO (per-unit counts, never rows; adding or removing a unit
     moves each count by at most one)."""
     layout = Layout.of(plan)
-    ctes = {"__source": _source(plan, layout), "__cells": render(_cells(layout))}
+    ctes = {"__source": _source(plan, layout, sources), "__cells": render(_cells(layout))}
     touched = select(
         [column("__unit"), named(count_rows(), "__size")],
         table("__cells"),

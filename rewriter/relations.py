@@ -58,7 +58,7 @@ def source_sql(source: exp.Table) -> str:
     """A base source as DuckDB reads it, without its alias."""
     bare = source.copy()
     bare.set("alias", None)
-    return bare.sql(dialect="duckdb")
+    return bare.sql(dialect="duckdb", copy=False)  # bare is a copy made to be printed
 
 
 def items(select: exp.Select) -> list[exp.Expr]:

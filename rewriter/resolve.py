@@ -42,6 +42,7 @@ from rewriter.errors import (
     UnknownName,
     UnsupportedQuery,
 )
+from rewriter.relations import source_sql
 
 CTE_PREFIX = "__cte_"
 SOURCE_PREFIX = "__source_"
@@ -135,7 +136,7 @@ def _columns(source: exp.Table, catalog: Catalog) -> Sequence[str]:
     """A source's column names; a file reader none of whose paths names a file is an
     unknown name (the paths are the analyst's, and only local ones get this far)."""
     try:
-        return catalog.columns(_reader_sql(source))
+        return catalog.columns(source_sql(source))
     except PrivacyError:
         if isinstance(source.this, exp.Func):
             paths = [p.name for p in reader_paths(source.this)]
@@ -332,12 +333,6 @@ def _reader(table: exp.Table) -> str:
     if table.alias:
         return table.alias
     return _function_name(table.this)
-
-
-def _reader_sql(source: exp.Table) -> str:
-    bare = source.copy()
-    bare.set("alias", None)
-    return bare.sql(dialect="duckdb")
 
 
 UNRESOLVED = re.compile(

@@ -270,3 +270,36 @@ def test_selection_uses_no_floating_point(monkeypatch: pytest.MonkeyPatch) -> No
     rng = SeededRandom(6, insecure=True)
     for _ in range(200):
         permute_and_flip([Fraction(1, 3), -5, 2**70, 0], 0.1, Fraction(5, 2), rng)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    numerators=st.lists(st.integers(-(10**6), 10**6), min_size=1, max_size=12),
+    common=st.integers(1, 10**4),
+    epsilon=st.sampled_from([1e-3, 0.015, 0.1, 1.0, 7.5]),
+    sensitivity=st.sampled_from([Fraction(1, 2), 1, Fraction(3, 7)]),
+    seed=st.integers(0, 2**32),
+)
+def test_scaled_scores_select_exactly_as_fractions(
+    numerators: list[int], common: int, epsilon: float, sensitivity, seed: int
+) -> None:
+    """``permute_and_flip_scaled`` (the scores numerators[i]/common, on one integer scale:
+    ``rank_threshold``'s path) is ``permute_and_flip`` on those scores as Fractions: same
+    choice and the same draws from the source, whatever common factor the scale carries."""
+    scaled, fractions = (SeededRandom(seed, insecure=True) for _ in range(2))
+    chosen = udfs.selection.permute_and_flip_scaled(
+        numerators, common, epsilon, sensitivity, scaled
+    )
+    scores = [Fraction(n, common) for n in numerators]
+    assert chosen == permute_and_flip(scores, epsilon, sensitivity, fractions)
+    assert scaled.randbits(64) == fractions.randbits(64)
+
+
+def test_scaled_scores_refuse_inexact_input() -> None:
+    rng = SeededRandom(1, insecure=True)
+    with pytest.raises(TypeError):
+        udfs.selection.permute_and_flip_scaled([1, np.int64(2)], 1, 1.0, 1, rng)
+    with pytest.raises(ValueError):
+        udfs.selection.permute_and_flip_scaled([1, 2], 0, 1.0, 1, rng)
+    with pytest.raises(ValueError):
+        udfs.selection.permute_and_flip_scaled([], 1, 1.0, 1, rng)

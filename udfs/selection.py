@@ -42,7 +42,7 @@ from udfs.discrete_laplace import _check_epsilon, bernoulli_exp, positive_real
 from udfs.random import RandomSource
 from udfs.weakening import noise_epsilon
 
-__all__ = ["permute_and_flip"]
+__all__ = ["permute_and_flip", "permute_and_flip_scaled"]
 
 
 def _as_fraction(value: Rational) -> Fraction:
@@ -128,5 +128,44 @@ def permute_and_flip(
         values = [_exact_rational(s, "score") for s in integer_scores]
         common = math.lcm(*(v.denominator for v in values))
         integer_scores = [v.numerator * (common // v.denominator) for v in values]
+    return _permute_and_flip_scaled(integer_scores, common, eps, delta, rng)
+
+
+def permute_and_flip_scaled(
+    numerators: Sequence[int],
+    common: int,
+    epsilon: float | Fraction,
+    sensitivity: Fraction | int,
+    rng: RandomSource,
+) -> int:
+    """``permute_and_flip`` on the scores ``numerators[i] / common``, given on one integer
+    scale by a caller that can build them without a Fraction per score (the rank rule's 115
+    candidates: ``udfs.threshold.rank_threshold``).
+
+    ``numerators`` are Python ints and ``common`` an int >= 1. The scale is first reduced
+    to the least common denominator L of the scores in lowest terms (L = common / g, g the
+    gcd of ``common`` and every numerator), so the integer scores S_i = L * u_i and the
+    acceptance fraction eps / (2 Delta L) are exactly those ``permute_and_flip`` computes
+    from the same scores as Fractions: same arithmetic, same draws from ``rng``.
+    """
+    eps = _check_epsilon(epsilon)
+    delta = positive_real(sensitivity, "sensitivity")
+    if not numerators:
+        raise ValueError("permute_and_flip needs at least one candidate")
+    if type(common) is not int or common < 1:
+        raise ValueError(f"the scores' common denominator must be an int >= 1, got {common!r}")
+    if not all(type(n) is int for n in numerators):
+        raise TypeError("the scores' numerators must be Python ints")
+    return _permute_and_flip_scaled(list(numerators), common, eps, delta, rng)
+
+
+def _permute_and_flip_scaled(
+    numerators: list[int], common: int, eps: Fraction, delta: Fraction, rng: RandomSource
+) -> int:
+    """PF on the scores numerators[i] / common (checked ε and Δ), on the least scale."""
+    shared = math.gcd(common, *numerators)
+    if shared > 1:
+        numerators = [n // shared for n in numerators]
+        common //= shared
     scale = noise_epsilon(eps) / (2 * delta * common)
-    return _permute_and_flip_integers(integer_scores, scale.numerator, scale.denominator, rng)
+    return _permute_and_flip_integers(numerators, scale.numerator, scale.denominator, rng)

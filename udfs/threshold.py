@@ -11,7 +11,9 @@ they define by one in L1: those are the sensitivities the rules use.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import NamedTuple
@@ -19,7 +21,7 @@ from typing import NamedTuple
 from udfs.laplace import laplace_release
 from udfs.quantile import INTERVAL_ALPHA, rank_error_bound, reach_ladder
 from udfs.random import RandomSource
-from udfs.selection import permute_and_flip
+from udfs.selection import permute_and_flip_scaled
 
 PRIOR_SPAN = 16
 """Steps of ×1.5 (1.5^16 ≈ 650×) over which the rank rule's prior may spend at most a
@@ -68,6 +70,13 @@ class RankChoice(NamedTuple):
 
     cap: int
     blind: bool
+
+
+@functools.cache
+def _prior_per_step(ratio: float) -> Fraction:
+    """λ = ln(ratio)/ln 1.5 to three digits: the prior's steps per ×1.5 of cap on a grid
+    of ratio ``ratio`` (public, data-independent: computed once per grid)."""
+    return Fraction(math.log(ratio) / math.log(PRIOR_RATIO)).limit_denominator(1000)
 
 
 def rank_threshold(
@@ -166,16 +175,16 @@ def rank_threshold(
     blind = evidence / (4 * PRIOR_SPAN) < Fraction(1, 2)
     weak = min(Fraction(1), evidence / (4 * PRIOR_SPAN))
     decay = min(PRIOR_CEILING, max(Fraction(1, 2), weak, evidence / (12 * PRIOR_SPAN)))
-    per_step = Fraction(math.log(ratio) / math.log(PRIOR_RATIO)).limit_denominator(1000)
     one_sided = select_epsilon * Fraction(target, cells_per_unit) < TWO_SIDED_FROM
     sensitivity = Fraction(1, 2) if one_sided else Fraction(1)
-    step = 2 * sensitivity * decay * per_step / select_epsilon
-    scores = [
-        -Fraction(max(over - target, 0) if one_sided else abs(over - target), cells_per_unit)
-        - i * step
-        for i, over in enumerate(exceedances)
+    step = 2 * sensitivity * decay * _prior_per_step(ratio) / select_epsilon
+    # The scores -term_i/m - i*p/q on the one scale m*q: integers, not a Fraction each.
+    m, p, q = operator.index(cells_per_unit), step.numerator, step.denominator
+    numerators = [
+        -((max(over - target, 0) if one_sided else abs(over - target)) * q + i * p * m)
+        for i, over in enumerate(map(operator.index, exceedances))
     ]
-    chosen = permute_and_flip(scores, select_epsilon, sensitivity, rng)
+    chosen = permute_and_flip_scaled(numerators, m * q, select_epsilon, sensitivity, rng)
     return RankChoice(candidates[min(chosen + margin, len(candidates) - 1)], blind)
 
 
