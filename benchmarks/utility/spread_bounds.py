@@ -83,18 +83,11 @@ def run(reps: int, seed: int, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def summary(labels: list[str]) -> pd.DataFrame:
-    """Median relative error, covered-or-flagged and unflagged misses, per label."""
-    parts = []
-    for label in labels:
-        frame = pd.read_csv(c.RESULTS / f"spread_bounds_{label}.csv")
-        frame["honest"] = frame.covered | frame.flagged
-        table = frame.groupby(["column", "statistic", "epsilon"]).agg(
-            error=("relative_error", "median"),
-            covered=("covered", "mean"),
-            flagged=("flagged", "mean"),
-            honest=("honest", "mean"),
-        )
-        parts.append(table.add_prefix(f"{label}_"))
+    """``summary_of`` each label's CSV, side by side."""
+    parts = [
+        summary_of(pd.read_csv(c.RESULTS / f"spread_bounds_{label}.csv")).add_prefix(f"{label}_")
+        for label in labels
+    ]
     return pd.concat(parts, axis=1)
 
 
@@ -118,6 +111,7 @@ def main() -> None:
 
 
 def summary_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median relative error, and the shares covered, flagged and covered or flagged."""
     frame = frame.assign(honest=frame.covered | frame.flagged)
     return frame.groupby(["column", "statistic", "epsilon"]).agg(
         error=("relative_error", "median"),
