@@ -13,6 +13,7 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -566,10 +567,12 @@ class Session:
         self, search: BoundsSearch, summary: Sequence[int]
     ) -> tuple[dict[str, Bounds], frozenset[str]]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
-        per-unit extremes, tightened for a sum or mean by ``udfs.tightened_bounds`` on its
-        rows' weighted values, and the aggregates whose bounds were guessed. Aggregates of
-        the same argument share one estimate, made with the ε parts they would have spent
-        apart (one unit moves each count by at most 1, the weights by 2**ROW_WEIGHT_BITS)."""
+        per-unit extremes, tightened for a sum, mean or spread from its rows' weighted
+        values (``udfs.noisy_row_weights``, released once per argument, then
+        ``udfs.balanced_bounds`` or ``udfs.spread_bounds``), and the aggregates whose bounds
+        were guessed. Aggregates of the same argument share one estimate, made with the ε
+        parts they would have spent apart (one unit moves each count by at most 1, the
+        weights by 2**ROW_WEIGHT_BITS)."""
         width = len(MAGNITUDES)
         shares: dict[str, list[int]] = {}
         for i, aggregate in enumerate(search.aggregates):
@@ -585,22 +588,30 @@ class Session:
             )
             epsilon = search.extremes_epsilon * len(positions) / len(search.aggregates)
             extremes = udfs.magnitude_bounds(MAGNITUDES, above, below, epsilon, self._rng)
-            tight = extremes
+            noisy: list[int] = []
             if tightening := sum(tightened[j] for j in positions):
-                tight = udfs.tightened_bounds(
-                    MAGNITUDES,
-                    extremes,
-                    weight_above,
-                    weight_below,
-                    2**ROW_WEIGHT_BITS,
-                    search.weights_epsilon * tightening / sum(tightened),
-                    search.release_epsilon,
-                    search.noise_factor,
-                    self._rng,
+                epsilon = search.weights_epsilon * tightening / sum(tightened)
+                unit = 2**ROW_WEIGHT_BITS
+                noisy = udfs.noisy_row_weights(
+                    weight_above, weight_below, unit, Fraction(epsilon), self._rng
                 )
             for j in positions:
-                chosen = tight if tightened[j] else extremes
-                key = to_sql(search.aggregates[j].node)
+                aggregate = search.aggregates[j]
+                chosen = extremes
+                if tightened[j]:
+                    rule, factor = udfs.balanced_bounds, search.noise_factor
+                    if search.spread(aggregate):
+                        rule, factor = udfs.spread_bounds, search.spread_factor
+                    chosen = rule(
+                        MAGNITUDES,
+                        extremes,
+                        noisy,
+                        unit,
+                        epsilon,
+                        search.release_epsilon,
+                        factor,
+                    )
+                key = to_sql(aggregate.node)
                 found[key] = (chosen.low, chosen.high)
                 if chosen.guessed:
                     guessed.add(key)

@@ -88,8 +88,9 @@ BOUNDS_SHARE = 0.1
 """The share of a query's ε spent estimating bounds that BOUND AUTO was left to find."""
 
 TIGHTEN_SHARE = 0.05
-"""The share of a query's ε spent, when BOUND AUTO finds a SUM's or AVG's bounds, on the
-histogram of its rows' values that tightens them (``udfs.tightened_bounds``)."""
+"""The share of a query's ε spent, when BOUND AUTO finds a SUM's, AVG's, VARIANCE's or
+STDDEV's bounds, on the histogram of its rows' values that tightens them
+(``udfs.tightened_bounds``, ``udfs.spread_bounds``)."""
 
 INTERVAL_SHARE = 0.25
 """The share of a quantile's ε spent on its interval (udfs.private_quantile_interval)."""
@@ -460,18 +461,21 @@ by this much against the bias of the rows it clamps. Smaller errs towards wider 
 class BoundsSearch:
     """Bounds to estimate privately (BOUND AUTO without CLAMPED BETWEEN): for each
     aggregate, the top of the bulk of the units' extremes above and below 0, in the spirit
-    of ApproxBounds, with an equal part of ``extremes_epsilon``; for each sum or mean,
-    bounds within those that balance the bias of clamping its rows against the noise of
-    the range (``udfs.tightened_bounds``), with an equal part of ``weights_epsilon``.
-    ``release_epsilon`` is about the ε each aggregate's release gets, and ``noise_factor``
-    how many times a row's range its noise carries per row of a mean unit (CAP_RATIO times
-    the released groups times MAX_GROUPS, when the query sets it)."""
+    of ApproxBounds, with an equal part of ``extremes_epsilon``; for each sum, mean or
+    spread, bounds within those that balance the bias of clamping its rows against the
+    noise of the range (``udfs.tightened_bounds``, ``udfs.spread_bounds``), with an equal
+    part of ``weights_epsilon``. ``release_epsilon`` is about the ε each aggregate's
+    release gets, and ``noise_factor`` how many times a row's range its noise carries per
+    row of a mean unit (CAP_RATIO times the released groups times MAX_GROUPS, when the
+    query sets it); ``spread_factor`` is the same for a spread, with MAX_GROUPS, when the
+    query leaves it to MAX_GROUPS AUTO, taken as every released group (its most)."""
 
     aggregates: tuple[Aggregate, ...]
     extremes_epsilon: float
     weights_epsilon: float
     release_epsilon: float
     noise_factor: float
+    spread_factor: float = 0.0
 
     @property
     def epsilon(self) -> float:
@@ -479,8 +483,17 @@ class BoundsSearch:
         return self.extremes_epsilon + self.weights_epsilon
 
     def tightened(self, aggregate: Aggregate) -> bool:
-        """Whether ``aggregate`` clamps rows it sums (SUM, AVG) and so takes tight bounds."""
-        return SPECS[aggregate.kind].form in (Form.SUM, Form.MEAN)
+        """Whether ``aggregate`` clamps rows it sums (SUM, AVG, VARIANCE, STDDEV) and so
+        takes tight bounds from the rows' histogram."""
+        return SPECS[aggregate.kind].form in TIGHTENED
+
+    def spread(self, aggregate: Aggregate) -> bool:
+        """Whether ``aggregate`` is a spread, whose tight bounds are ``udfs.spread_bounds``'."""
+        return SPECS[aggregate.kind].form == Form.SPREAD
+
+
+TIGHTENED = (Form.SUM, Form.MEAN, Form.SPREAD)
+"""The forms whose missing bounds the rows' histogram tightens."""
 
 
 def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
@@ -491,18 +504,19 @@ def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
     if not analysis.unbounded:
         return None
     total = analysis.options.epsilon or epsilon
-    tightening = any(SPECS[a.kind].form in (Form.SUM, Form.MEAN) for a in analysis.unbounded)
+    tightening = any(SPECS[a.kind].form in TIGHTENED for a in analysis.unbounded)
     weights = TIGHTEN_SHARE if tightening else 0.0
     searches = BOUNDS_SHARE + weights + AUTO_SHARE + CUT_SHARE
     searches += GROUPS_SHARE if analysis.keys else 0.0
     shares = len(analysis.aggregates) + (1 if analysis.keys else 0)
-    groups = _public_groups(analysis) * (analysis.options.max_groups or 1)
+    public = _public_groups(analysis)
     return BoundsSearch(
         analysis.unbounded,
         total * BOUNDS_SHARE,
         total * weights,
         total * (1 - searches) / shares,
-        CAP_RATIO * groups,
+        CAP_RATIO * public * (analysis.options.max_groups or 1),
+        CAP_RATIO * public * (analysis.options.max_groups or public),
     )
 
 

@@ -478,16 +478,19 @@ def test_bounds_search(extremes, weaken):
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
-def test_row_weights_search(extremes, weaken):
-    """The histogram of the rows' weights that tightens a SUM's or AVG's missing bounds
-    (udfs.noisy_row_weights inside udfs.tightened_bounds, from the SQL's weighted sums on D
-    and D') is ε_weights-DP (TIGHTEN_SHARE of the query's ε): the neighbouring unit's one
-    row at 10¹² weighs 2**ROW_WEIGHT_BITS, all in that bin, where the discrete Laplace tail
-    the audit reads is exactly e^ε heavier."""
+@pytest.mark.parametrize("aggregate", ["SUM", "VARIANCE"])
+def test_row_weights_search(extremes, weaken, aggregate):
+    """The histogram of the rows' weights that tightens a SUM's, AVG's, VARIANCE's or
+    STDDEV's missing bounds (udfs.noisy_row_weights, before udfs.balanced_bounds or
+    udfs.spread_bounds, from the SQL's weighted sums on D and D') is ε_weights-DP
+    (TIGHTEN_SHARE of the query's ε; a spread takes it as a sum does): the neighbouring
+    unit's one row at 10¹² weighs 2**ROW_WEIGHT_BITS, all in that bin, where the discrete
+    Laplace tail the audit reads is exactly e^ε heavier."""
     con, db = extremes
-    sql = "SELECT SUM(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
+    sql = f"SELECT {aggregate}(v) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
     search, summaries = _bounds_summaries(con, db, sql, "(999999, 0, 1e12)")
     assert search.tightened(search.aggregates[0])
+    assert search.spread(search.aggregates[0]) == (aggregate == "VARIANCE")
     width = len(MAGNITUDES)
     top = next(j for j, m in enumerate(MAGNITUDES) if m >= 1e12) - 1  # bin (m_j, m_j+1]
     epsilon = Fraction(search.weights_epsilon)

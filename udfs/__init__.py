@@ -27,7 +27,7 @@ from udfs.register import (
     register,
     unregister,
 )
-from udfs.row_bounds import noisy_row_weights, tightened_bounds
+from udfs.row_bounds import balanced_bounds, noisy_row_weights, spread_bounds, tightened_bounds
 from udfs.selection import permute_and_flip
 from udfs.threshold import (
     bulk_top,
@@ -48,6 +48,7 @@ __all__ = [
     "SystemRandom",
     "UdfNameConflict",
     "UdfNames",
+    "balanced_bounds",
     "bernoulli_exp",
     "bulk_top",
     "keep_partitions",
@@ -69,6 +70,7 @@ __all__ = [
     "register",
     "sample_discrete_laplace",
     "scale_of",
+    "spread_bounds",
     "tightened_bounds",
     "unregister",
     "variance_threshold",

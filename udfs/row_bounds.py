@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+import numpy as np
+
 from udfs.laplace import laplace_release
 from udfs.random import RandomSource
 from udfs.threshold import EstimatedBounds, magnitude_histogram
@@ -60,6 +62,23 @@ def tightened_bounds(
     """
     total = Fraction(epsilon)
     noisy = noisy_row_weights(weight_above, weight_below, unit_weight, total, rng)
+    return balanced_bounds(
+        magnitudes, extremes, noisy, unit_weight, epsilon, release_epsilon, noise_factor
+    )
+
+
+def balanced_bounds(
+    magnitudes: Sequence[float],
+    extremes: EstimatedBounds,
+    noisy: Sequence[int],
+    unit_weight: int,
+    epsilon: float,
+    release_epsilon: float,
+    noise_factor: float,
+) -> EstimatedBounds:
+    """The choice of :func:`tightened_bounds` from the released ``noisy`` row weights
+    (:func:`noisy_row_weights` at ``epsilon``): post-processing."""
+    total = Fraction(epsilon)
     bins = len(magnitudes) - 1
     deviation = math.sqrt(2) / total  # of one bin's noisy weight, in units
     low, high = (
@@ -117,3 +136,93 @@ def _balanced(
         return bias + spread + clip / float(per_noise)
 
     return magnitudes[min(range(1, limit + 1), key=cost)]
+
+
+SPREAD_PARTS = 3
+"""A spread is released from three noisy sums (of x, of x² and the count), a third of its ε
+each (``rewriter.plan``)."""
+
+BIAS_FLAG = 1.0
+"""A spread's bounds are flagged when the bound on the bias of clamping to them exceeds this
+many standard deviations of the release's noise (about half its 95% half-width)."""
+
+
+def spread_bounds(
+    magnitudes: Sequence[float],
+    extremes: EstimatedBounds,
+    noisy: Sequence[int],
+    unit_weight: int,
+    epsilon: float,
+    release_epsilon: float,
+    noise_factor: float,
+) -> EstimatedBounds:
+    """A variance's or standard deviation's bounds within ``extremes`` from the released
+    ``noisy`` row weights (:func:`noisy_row_weights` at ``epsilon``, the negative side's
+    bins then the positive side's, a unit's rows weighing ``unit_weight``).
+
+    A spread is computed from noisy sums of x and x² (and a count), so the noise of a range
+    R grows as R², where a mean's grows as R: the bounds good for a mean are far too wide
+    for it. Each bin's rows are placed at its top (negative noisy weights read as 0; only
+    the bins within ``extremes``), giving a weighted distribution of W units. For every
+    pair (−L, U) of magnitudes within ``extremes`` (both sides at once: the centre
+    (U − L)/2 matters) the rule estimates
+
+    * the bias ``B = V − V_c``, V the distribution's variance and V_c that of its values
+      clamped to [−L, U] (clamping is 1-Lipschitz, so V_c ≤ V: the bias is always
+      downwards), and ``sd(B)``, its noise's standard deviation (linear in the bins'
+      noise: ∂B/∂w_b = ((t_b − μ)² − (g_b − μ_c)² − B)/W, each bin's noise of standard
+      deviation √2/ε units);
+    * the standard deviation of the release's noise, linearised around the clamped
+      distribution: with y = g − (U − L)/2, ȳ its mean, s₂ = mean(y²) − R²/8 and the three
+      sums' Laplace scales k·m·R/2, k·m·R²/8 and k·m at ``release_epsilon``/3 over N rows,
+      ``√2·3F/(ε_r·W)·√((R²/8)² + (ȳ·R)² + (2ȳ² − s₂)²)``, with k·m/N ≈ F/W
+      (F = ``noise_factor``: the cap, groups released and groups per unit per row of a
+      mean unit, as for :func:`tightened_bounds`),
+
+    and takes the pair minimising ``B + sd(B) + sd(noise)``: like a mean's rule, a tail
+    the noise of the histogram may hide counts as there. The bounds are ``guessed`` (so
+    every output computed from them is flagged) when the extremes' are, or when the bias
+    bound ``B + sd(B)`` at the chosen pair exceeds BIAS_FLAG standard deviations of the
+    release's noise: the interval covers the noise, not that bias.
+
+    Privacy map: post-processing of the released ``noisy`` weights, the extremes' bounds
+    and public parameters (no ε of its own).
+    """
+    bins = len(magnitudes) - 1
+    tops = np.asarray(magnitudes[1:], dtype=np.float64)
+    limits = [magnitudes.index(-extremes.low), magnitudes.index(extremes.high)]
+    weights = np.asarray([max(0, n) for n in noisy], dtype=np.float64) / unit_weight
+    values = np.concatenate([-tops[: limits[0]], tops[: limits[1]]])
+    mass = np.concatenate([weights[: limits[0]], weights[bins : bins + limits[1]]])
+    units = float(mass.sum())
+    if units <= 0:
+        return extremes
+    lows = [0.0] if not limits[0] else [magnitudes[i] for i in range(1, limits[0] + 1)]
+    highs = [0.0] if not limits[1] else [magnitudes[j] for j in range(1, limits[1] + 1)]
+    pairs = np.asarray([(low, high) for low in lows for high in highs if low + high > 0])
+    if not len(pairs):
+        return extremes
+    low, high = pairs[:, :1], pairs[:, 1:]
+    share = mass / units
+
+    mean = float(values @ share)
+    variance = float(((values - mean) ** 2) @ share)
+    clamped = np.clip(values[None, :], -low, high)
+    mean_c = clamped @ share
+    deviations = (clamped - mean_c[:, None]) ** 2
+    variance_c = deviations @ share
+    bias = variance - variance_c
+    slopes = ((values - mean) ** 2 - deviations - bias[:, None]) / units
+    bias_sd = math.sqrt(2) / float(epsilon) * np.sqrt((slopes**2).sum(axis=1))
+    width = (low + high)[:, 0]
+    centre = (high - low)[:, 0] / 2
+    offset = mean_c - centre
+    squares = ((clamped - centre[:, None]) ** 2) @ share - width**2 / 8
+    scale = math.sqrt(2) * SPREAD_PARTS * noise_factor / (float(release_epsilon) * units)
+    noise = scale * np.sqrt(
+        (width**2 / 8) ** 2 + (offset * width) ** 2 + (2 * offset**2 - squares) ** 2
+    )
+    bound = bias + bias_sd
+    best = int(np.argmin(bound + noise))
+    guessed = extremes.guessed or bool(bound[best] > BIAS_FLAG * noise[best])
+    return EstimatedBounds(0.0 - float(low[best, 0]), float(high[best, 0]), guessed)
