@@ -358,7 +358,10 @@ class Session:
         and ``units`` (an upper bound on the number of privacy units) are public facts the
         analyst states; with them explain warns of answers likely empty or mostly bias.
         """
-        analysis = analyze(query, self._catalog(), keys)
+        # each source shown as the query names it: how a glob's files are read to its
+        # schema (their names, grouped by footer) is the files' business, not the analyst's
+        catalog = replace(self._catalog(), read=lambda source: source.copy())
+        analysis = analyze(query, catalog, keys)
         if isinstance(analysis, PublicQuery):
             sql = analysis.select.sql(dialect="duckdb")
             return Explanation(sql, 0.0, 0.0, {}, (), None)

@@ -35,6 +35,9 @@ class FileGroup:
 
     files: tuple[str, ...]
     schema: Schema
+    every_file: bool = True
+    """Whether the groups hold every file the reader names: a file without a readable
+    footer is in none, and then each group is read by its files' names."""
 
 
 def reader_schema(declared: Schema, groups: Sequence[FileGroup]) -> Schema:
@@ -60,7 +63,7 @@ def conformed_read(
     and a file's rows would join another unit's and move its bounded contribution (red
     team 13); such rows have no unit, and are dropped as any row without one. Integers
     convert to integers exactly or not at all."""
-    if not groups or (len(groups) == 1 and groups[0].schema == schema):
+    if not groups or (len(groups) == 1 and groups[0].schema == schema and groups[0].every_file):
         bare = reader.copy()  # no files: the reader's own error, as for any missing file
         bare.set("alias", None)
         return bare

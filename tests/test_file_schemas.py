@@ -75,6 +75,31 @@ def test_one_units_file_moves_a_declared_glob_only_by_its_contribution(
     assert abs(total - without[1][1]) <= 6.01
 
 
+NOT_PARQUET = {
+    "garbage": b"zq planted bytes, not a Parquet file",
+    "empty": b"",
+    "truncated": None,  # the first half of a good file
+}
+
+
+@pytest.mark.parametrize("kind", NOT_PARQUET, ids=NOT_PARQUET.keys())
+@pytest.mark.parametrize("name", ["a_first.parquet", "z_last.parquet"])
+@pytest.mark.parametrize("restricted", [False, True], ids=["owner", "declared files only"])
+def test_a_file_that_is_not_parquet_leaves_a_declared_glob_running(files, kind, name, restricted):
+    """One unit's file whose footer cannot be read holds no row anyone can read: the query
+    runs on the others, with the same columns (it refused every query, red team 15), and
+    explain() is the same text."""
+    db = declared(files, declared_files_only=restricted)
+    without = answer(db, files)
+    explained = str(db.explain(QUERY.format(glob=f"{files}/*.parquet")))
+    good = (files / "m00.parquet").read_bytes()
+    (files / name).write_bytes(NOT_PARQUET[kind] if kind != "truncated" else good[: len(good) // 2])
+    columns, (count, total) = answer(db, files)
+    assert columns == without[0]
+    assert abs(count - without[1][0]) <= 0.01 and abs(total - without[1][1]) <= 0.01
+    assert str(db.explain(QUERY.format(glob=f"{files}/*.parquet"))) == explained
+
+
 @pytest.mark.parametrize("unit", ["'02'", "' 2'", "1.5::DOUBLE", "2.4::DECIMAL(4, 1)"])
 def test_a_file_never_converts_its_unit_into_another_units(tmp_path, unit):
     """TRY_CAST is not one-to-one: '02', ' 2', 1.5 and 2.4 are all INTEGER 2, so a unit's
