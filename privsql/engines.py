@@ -423,18 +423,13 @@ def post_process(statement: str, released: pa.Table) -> pa.Table:
 
 
 @functools.cache
-def builtin_functions() -> dict[str, bool]:
-    """DuckDB's own functions by name, each with whether it computes from its arguments
-    alone — an aggregate, a window function or a ``CONSISTENT`` scalar function — rather
-    than reading the catalogue (macros such as ``pg_get_viewdef``), a sequence, a setting
-    or the clock (``rewriter.functions.refuse_unsafe_public``). Read from an empty
-    database, where every function is DuckDB's."""
+def builtin_functions() -> frozenset[str]:
+    """The names of DuckDB's own functions, read from an empty database, where every
+    function is DuckDB's."""
     rows = _released_only().execute(
-        "SELECT function_name, bool_and(function_type IN ('aggregate', 'window') OR "
-        "(function_type = 'scalar' AND stability = 'CONSISTENT')) "
-        "FROM duckdb_functions() WHERE internal GROUP BY function_name"
+        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE internal"
     ).fetchall()
-    return {name.lower(): safe for name, safe in rows}
+    return frozenset(name.lower() for (name,) in rows)
 
 
 @functools.cache

@@ -189,8 +189,7 @@ def _analyze(
             raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
         if any(select.find_all(Clamped)):
             raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
-        if catalog.builtins is not None:
-            refuse_unsafe_public(select, catalog.builtins)
+        refuse_unsafe_public(select, catalog.aggregates)
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
@@ -248,7 +247,7 @@ def _refuse_forbidden(select: exp.Query, catalog: Catalog) -> None:
         name = _function_name(func)
         if name in FORBIDDEN_FUNCTIONS:
             raise StatementNotAllowed(f"function {name} is not allowed in privsql queries")
-    refuse_defined(select, catalog.defined, catalog.builtins or {})
+    refuse_defined(select, catalog.defined, catalog.builtins)
     for kind in select.find_all(exp.DataType):
         if kind.this == exp.DType.USERDEFINED and _exists(kind, catalog):
             raise StatementNotAllowed(

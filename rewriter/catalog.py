@@ -113,9 +113,9 @@ class Catalog:
     read: Callable[[exp.Table], exp.Expr] = lambda source: source.copy()
     """How the generated SQL reads a base source (without its alias): a file reader's
     files read to its schema (``rewriter.files.conformed_read``)."""
-    builtins: Mapping[str, bool] | None = None
-    """DuckDB's own functions by name, each with whether a query over public data may call
-    it (``rewriter.functions.refuse_unsafe_public``); None where not known (not checked)."""
+    builtins: frozenset[str] = frozenset()
+    """The names of the engine's own functions: one the database defines again replaces
+    it (``rewriter.functions.refuse_defined``)."""
     defined: frozenset[str] = frozenset()
     """The functions the database defines (macros, UDFs, privsql's own): analyst SQL calls
     none of them (``rewriter.functions.refuse_defined``)."""

@@ -480,6 +480,16 @@ CATALOGUE_ROUTES = [
     "SELECT txid_current() AS n FROM movies",
     "SELECT current_transaction_id() AS n FROM movies",
     "SELECT stats(movie_id) AS s FROM movies",
+    # binds and optimises SQL given as text: a table's extremes, the ledger, any file
+    "SELECT json_serialize_plan('SELECT 1 FROM ratings WHERE rating > 50', optimize := true) "
+    "LIKE '%EMPTY_RESULT%' AS none_above FROM movies",
+    "SELECT json_serialize_plan('SELECT 1 FROM __privsql.budget WHERE secret > 0') AS p",
+    "SELECT json_serialize_plan('SELECT zzz FROM read_csv(''ratings.csv'', header=true)') AS p "
+    "FROM movies",
+    "SELECT json_serialize_sql('SELECT * FROM watched') AS p FROM movies",
+    "SELECT * FROM movies, json_execute_serialized_sql(json_serialize_sql('SELECT 1'))",
+    "SELECT get_type('mood') AS p FROM movies",
+    "SELECT cast_to_type(movie_id, NULL::INTEGER) AS p FROM movies",
 ]
 
 
@@ -503,6 +513,18 @@ def test_no_route_through_the_databases_functions(owned: privsql.Session, sql: s
     many rows were ever inserted: functions the database defines and DuckDB's functions
     of more than their arguments are refused in every query."""
     refused(owned, sql)
+
+
+def test_queries_over_public_data_keep_their_ordinary_functions(owned: privsql.Session) -> None:
+    """The public allow-list: the row-level functions, aggregates, window functions and
+    ``PUBLIC_FUNCTIONS``."""
+    r = owned.sql(
+        "SELECT title, upper(title) AS u, len(title) AS n, coalesce(movie_id, 0) AS m, "
+        "COUNT(*) OVER () AS c, row_number() OVER (ORDER BY movie_id) AS r, "
+        "SUM(movie_id) OVER () AS s FROM movies ORDER BY movie_id LIMIT 1"
+    )
+    assert r.fetchall() == [("m0", "M0", 2, 0, 5, 1, 10)]
+    assert owned.budget.spent == 0
 
 
 def test_a_function_named_like_a_builtin_refuses_every_query(owned: privsql.Session) -> None:

