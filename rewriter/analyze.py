@@ -216,6 +216,7 @@ def _analyze(
     _refuse_raw_outputs(select, key_nodes)
     _refuse_unlisted_row_level(select, key_nodes, aggregates)
     refuse_growth(select, catalog)
+    refuse_unsafe_public(select, catalog.aggregates)  # its public parts run as written
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})

@@ -229,13 +229,19 @@ def refuse_unsafe_public(query: exp.Expr, aggregates: frozenset[str]) -> None:
     a view's constants), ``nextval`` a sequence, and ``json_serialize_plan`` binds and
     optimises SQL it is given as text — a private table, the ledger, any file — so a plan
     told a table's extremes and a binder error printed the ledger's key file (red teams
-    15 and 16). A table function in FROM is the resolver's business."""
+    15 and 16). A table function in FROM, with its arguments, is the resolver's business."""
     allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | aggregates
+    readers = {
+        id(part)
+        for table in query.find_all(exp.Table)
+        if isinstance(table.this, exp.Func)
+        for part in table.this.walk()
+    }
     for node in query.find_all(exp.Func):
-        if isinstance(node.parent, exp.Table) and node.arg_key == "this":
+        if id(node) in readers:
             continue
-        if type(node) in ALLOWED_NODES or isinstance(node, PUBLIC_NODES):
-            continue
+        if type(node) in ALLOWED_NODES or isinstance(node, (exp.AggFunc, *PUBLIC_NODES)):
+            continue  # an aggregate sqlglot knows by name is DuckDB's
         name = duckdb_name(node)
         if name is None or name not in allowed:
             written = name or node.sql_name().lower()
