@@ -8,8 +8,12 @@ released values only. Its stages, as CTEs:
 ``source``   one line per private row: unit, keys, gridded values (NULL units dropped),
              each expression the analyst wrote evaluated once per row (``_rows``)
 ``cells``    per (unit, group): row count and sums                 — one pass, no sort
-``chosen``   at most ``m`` groups per unit, by a keyed hash of (unit, key) (when no unit
-             can touch more than ``m`` groups, the cells stage itself, under this name)
+``ranked``   the cells of the units touching more than ``m`` groups, each ranked among
+             its unit's cells by a keyed hash of (unit, key): the one ranking the group
+             cap's stages read (only when some unit can touch more than ``m`` groups)
+``chosen``   at most ``m`` groups per unit: every cell of a unit not in ``ranked``, and
+             the first ``m`` ranked cells of the others (when no unit can touch more
+             than ``m`` groups, the cells stage itself, under this name)
 ``bounded``  the strategy's bounding of each kept cell (``strategies``; for ROWS: at most
              ``k`` rows per (unit, group): cells with ≤ k rows pass whole; only cells
              with > k rows re-read their rows and keep the k with the smallest keyed
@@ -18,7 +22,7 @@ released values only. Its stages, as CTEs:
 ``groups``   per group: distinct units, rows, sums, and kept cells over the row cap
 ``cuts``     per group: how many cells bounding cut — kept cells over the row cap,
              and each unit's cells dropped by the group cap (all of them under listed
-             keys, else a keyed sample of ``m``: the next ``m`` in ``chosen``'s order);
+             keys, else a keyed sample of ``m``: ranks ``m+1 .. 2m`` in ``ranked``);
              when only the row cap cuts (no group cap can drop a cell), ``groups``
              alone counts them and the release reads them there (no such stage)
 ``released`` noise added and keys selected, materialised so each noisy value is
@@ -69,7 +73,6 @@ from rewriter.sqlbuild import (
     number,
     rank,
     render,
-    same_cell,
     same_keys,
     secret_hash,
     select,
@@ -109,7 +112,12 @@ def _common(plan: Plan, layout: Layout, sources: Sources | None = None) -> dict[
     source, cells = _source(plan, layout, sources), render(_cells(layout))
     if not plan.groups_may_exceed_cap:
         return {"__source": source, "__chosen": cells}
-    return {"__source": source, "__cells": cells, "__chosen": render(_chosen(plan, layout))}
+    return {
+        "__source": source,
+        "__cells": cells,
+        RANKED: render(_ranked(plan, layout)),
+        "__chosen": render(_chosen(layout, plan.bounding.groups)),
+    }
 
 
 def _source(plan: Plan, layout: Layout, sources: Sources | None = None) -> str:
@@ -488,33 +496,47 @@ def _cells(layout: Layout) -> exp.Select:
     )
 
 
-def _chosen(plan: Plan, layout: Layout) -> exp.Query:
-    """At most MAX_GROUPS cells per unit when a unit may touch more (``_common``): units
-    touching no more keep all theirs; only the cells of units over the cap are ranked, by
-    keyed hash of (unit, key)."""
-    cap = plan.bounding.groups
-    touched = select(
-        [column("__unit"), named(count_rows(), "__groups")],
-        table("__cells"),
-        group=[column("__unit")],
+RANKED = "__ranked"
+"""The CTE holding the cells of the units touching more than MAX_GROUPS groups, each with
+its rank among its unit's cells in the group cap's order (``__rank``): the one ranking
+every group-cap stage reads (``__chosen``, ``__cuts``, the dropped cells of ``_trimmed``)."""
+
+
+def _ranked(plan: Plan, layout: Layout) -> exp.Select:
+    """The cells of units over the group cap, ranked once by keyed hash of (unit, key).
+
+    Only those units' cells are ranked (a SEMI JOIN with the units touching more than m
+    groups): a unit within the cap keeps every cell, and the stages that read the ranking
+    ask only about units over it. Each cell's rank depends on its unit's own cells and the
+    secret only (docs/privacy.md, 2)."""
+    return select(
+        [*columns([*layout.cell, "__rows", *layout.sums], "c"), named(_group_rank(layout), RANK)],
+        table("__cells", "c"),
+        joins=[_units_over(plan.bounding.groups)],
     )
+
+
+RANK = "__rank"
+"""A cell's rank among its unit's cells in the group cap's order (``__ranked``)."""
+
+
+def _chosen(layout: Layout, cap: int) -> exp.Query:
+    """At most MAX_GROUPS cells per unit when a unit may touch more (``_common``): units
+    touching no more keep all theirs (every cell of a unit not in ``__ranked``), the others
+    the first ``cap`` of their ranked cells."""
+    kept = columns([*layout.cell, "__rows", *layout.sums])
     few = select(
         [exp.Column(this=exp.Star(), table=exp.to_identifier("c"))],
         table("__cells", "c"),
         joins=[
             joining(
-                derived(touched, "u"),
-                exp.EQ(this=column("__unit", "c"), expression=column("__unit", "u")),
+                table(RANKED, "r"),
+                exp.EQ(this=column("__unit", "c"), expression=column("__unit", "r")),
+                "ANTI",
             )
         ],
-        where=at_most(column("__groups", "u"), cap),
     )
-    ranked = select(
-        columns([*layout.cell, "__rows", *layout.sums], "c"),
-        table("__cells", "c"),
-        joins=[_units_over(cap)],
-        qualify=at_most(_group_rank(layout), cap),
-    )
+    ranked = select(kept, table(RANKED), where=at_most(column(RANK), cap))
     return union_all([few, ranked])
 
 
@@ -571,17 +593,12 @@ def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
             )
         )
     if plan.groups_may_exceed_cap:
-        dropped = select(
-            [exp.Column(this=exp.Star(), table=exp.to_identifier("c"))],
-            table("__cells", "c"),
-            joins=[_units_over(cap)],
-            qualify=exp.Between(
-                this=_group_rank(layout),
-                low=number(cap + 1),
-                high=number(cap + plan.dropped_sample),
-            ),
+        sampled = exp.Between(
+            this=column(RANK), low=number(cap + 1), high=number(cap + plan.dropped_sample)
         )
-        parts.append(select([*columns(keys), named(number(1), CUT_COLUMN)], derived(dropped)))
+        parts.append(
+            select([*columns(keys), named(number(1), CUT_COLUMN)], table(RANKED), where=sampled)
+        )
     if not parts:
         parts.append(
             select(
@@ -677,14 +694,16 @@ def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
 
 def _trimmed(plan: Plan, layout: Layout, cap: int) -> exp.Expr:
     """``(…) AS c``: the cells bounding trims — kept cells over ``cap`` (``__chosen`` true)
-    and, when the group cap may bind, the cells it dropped (false) — with their rows."""
+    and, when the group cap may bind, the cells it dropped (false: the cells of
+    ``__ranked`` past rank MAX_GROUPS, read there rather than by joining every cell with
+    ``__chosen``) — with their rows."""
     kept = chosen_over(layout, cap, [column("__rows"), named(exp.true(), "__chosen")])
     if not plan.groups_may_exceed_cap:
         return derived(kept, "c")
     dropped = select(
-        [*columns(layout.cell, "c"), column("__rows", "c"), exp.false()],
-        table("__cells", "c"),
-        joins=[joining(table("__chosen", "h"), same_cell(layout.keys, "c", "h"), "ANTI")],
+        [*columns(layout.cell), column("__rows"), exp.false()],
+        table(RANKED),
+        where=exp.GT(this=column(RANK), expression=number(plan.bounding.groups)),
     )
     return derived(union_all([kept, dropped]), "c")
 

@@ -64,6 +64,11 @@ def huge(node: exp.Expr) -> exp.Cast:
     return exp.Cast(this=node, to=HUGEINT.copy())
 
 
+def bigint(node: exp.Expr) -> exp.Cast:
+    """``CAST(node AS BIGINT)``."""
+    return exp.Cast(this=node, to=exp.DataType(this=exp.DataType.Type.BIGINT))
+
+
 def double(value: float) -> exp.Cast:
     """A DOUBLE constant, written as the text of its ``repr`` so it reads back exactly."""
     return exp.Cast(this=exp.Literal.string(repr(value)), to=DOUBLE.copy())

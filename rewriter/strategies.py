@@ -22,6 +22,7 @@ from rewriter.sqlbuild import (
     OVER,
     Layout,
     at_most,
+    bigint,
     chosen_over,
     column,
     columns,
@@ -59,6 +60,24 @@ def _whole(plan: Plan, layout: Layout, cap: int) -> exp.Select:
     )
 
 
+BIGINT_MAX = 2**63 - 1
+
+
+def _fits_bigint(limit: int) -> bool:
+    """Whether a weighted cell sum of magnitude at most ``limit`` can be a BIGINT.
+
+    Under BOUND WEIGHTS h a kept cell of s rows weighs ``Σq·2**W`` when s <= h, so
+    ``|Σq| <= s·bound <= h·bound`` and the product is at most ``limit = h·bound·2**W``;
+    else ``floor(Σq·h·2**W / s)``, at most ``limit`` too, since ``|Σq| <= s·bound``
+    (docs/privacy.md 3.1). Where ``limit`` is at most BIGINT_MAX, the cast of the cell sum
+    (s <= h) and of the floored share (computed in HUGEINT: ``Σq·h·2**W`` alone may not
+    fit) cannot overflow, and the BIGINT product ``CAST(Σq AS BIGINT)·2**W`` cannot either:
+    every value is the exact integer the HUGEINT form computes. DuckDB's SUM of BIGINTs
+    is a HUGEINT, as before.
+    """
+    return limit <= BIGINT_MAX
+
+
 def _rows_bounded(plan: Plan, layout: Layout) -> exp.Query:
     """AKMV19 sample limiting: at most k rows per cell, the k smallest by keyed hash.
 
@@ -93,15 +112,21 @@ def _weights_bounded(plan: Plan, layout: Layout) -> exp.Query:
 
     Per cell that is ``least(s, h)`` rows and ``sum · min(1, h/s)`` on a 2**-W weight
     grid (floor division keeps |weighted| <= h·bound·2**W exactly); no row is re-read.
+
+    The weighted sum is a BIGINT when that bound is below 2**63 (``_fits_bigint``), else
+    a HUGEINT; either way it is exact.
     """
     weighted = []
     for m, s in zip(layout.valued, layout.sums, strict=True):
         cap, full = plan.cap(m), 1 << m.weight_bits
-        whole = exp.Mul(this=huge(column(s)), expression=number(full))
-        share = exp.IntDiv(
+        small = _fits_bigint(cap * m.bound * full)
+        whole = exp.Mul(this=(bigint if small else huge)(column(s)), expression=number(full))
+        share: exp.Expr = exp.IntDiv(
             this=exp.Mul(this=huge(column(s)), expression=number(cap << m.weight_bits)),
             expression=column("__rows"),
         )
+        if small:
+            share = bigint(share)
         case = exp.Case(ifs=[exp.If(this=at_most(column("__rows"), cap), true=whole)])
         weighted.append(named(case.else_(share, copy=False), s))
     counted = [m for m in plan.measurements if m.kind == "rows"] or [

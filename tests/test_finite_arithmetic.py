@@ -212,3 +212,31 @@ def test_sums_beyond_64_bits_stay_exact(session):
     (measured,) = neighbours.measurements(con, query_plan)[m.name]
     assert measured > 2**63
     assert measured == 10_000_000 * grid.high
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.0, 100.0), (-100.0, 100.0), (0.0, 127.0)])
+@pytest.mark.parametrize("cap", [8, 10, 11])
+def test_weighted_cells_at_the_bounds_stay_exact_on_both_sides_of_64_bits(session, low, high, cap):
+    """BOUND WEIGHTS h weighs a cell in BIGINT only when h·bound·2**W < 2**63, and in
+    HUGEINT otherwise (strategies._fits_bigint): units of h rows (whole cells) and of
+    3·h + 1 rows (floored shares) at both bounds give each measurement exactly the
+    documented per-cell weight, on both sides of that limit (the caps and bounds here
+    straddle it: 10·(100·2**33)·2**20 < 2**63 < 11·(100·2**33)·2**20)."""
+    con, db = session
+    sizes = [cap, 3 * cap + 1] * 2
+    units = [u for u, size in enumerate(sizes) for _ in range(size)]
+    values = [low if u % 2 else high for u in units]
+    load(con, units, values)
+    query_plan = planned(db, "AVG", low, high, f"BOUND WEIGHTS {cap}")
+    limits = [cap * m.bound << m.weight_bits for m in query_plan.measurements]
+    grid = query_plan.statistics[0].grid
+    measured = neighbours.measurements(con, query_plan)
+    for m, limit in zip(query_plan.measurements, limits, strict=True):
+        per_row = 2 * steps(high, grid) - grid.low - grid.high if m.kind == "centred" else 1
+        expected = 0
+        for u, size in enumerate(sizes):
+            row = per_row if m.kind != "centred" or u % 2 == 0 else -per_row
+            expected += (size * row << m.weight_bits) * cap // max(size, cap)
+        assert measured[m.name] == [expected], (m.kind, limit > 2**63 - 1)
+    if (low, high) == (0.0, 100.0):  # the limit is crossed between h = 10 and h = 11
+        assert (max(limits) > 2**63 - 1) == (cap == 11)
