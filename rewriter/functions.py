@@ -47,6 +47,7 @@ from sqlglot import exp
 
 from rewriter.errors import UnsupportedQuery
 from rewriter.expressions import Clamped
+from rewriter.resolve import FILE_READERS
 
 REQUIRED_SETTINGS: tuple[str, ...] = ("SET disabled_optimizers = 'common_subexpressions'",)
 """Settings the connection must have for TRY to hold every allowed expression (see above)."""
@@ -229,16 +230,21 @@ def refuse_unsafe_public(query: exp.Expr, aggregates: frozenset[str]) -> None:
     a view's constants), ``nextval`` a sequence, and ``json_serialize_plan`` binds and
     optimises SQL it is given as text — a private table, the ledger, any file — so a plan
     told a table's extremes and a binder error printed the ledger's key file (red teams
-    15 and 16). A table function in FROM, with its arguments, is the resolver's business."""
+    15 and 16). Which table functions FROM may call is the resolver's business, and so are
+    a Parquet reader's arguments (constants only); the arguments of ``range`` and
+    ``generate_series`` are checked here (``json_serialize_plan`` in them counted rows of
+    a plan over private data, red team 17)."""
     allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | aggregates
-    readers = {
-        id(part)
-        for table in query.find_all(exp.Table)
-        if isinstance(table.this, exp.Func)
-        for part in table.this.walk()
-    }
+    resolved = set()  # table functions in FROM, and a Parquet reader's literal arguments
+    for table in query.find_all(exp.Table):
+        if not isinstance(table.this, exp.Func):
+            continue
+        if duckdb_name(table.this) in FILE_READERS:
+            resolved |= {id(part) for part in table.this.walk()}
+        else:
+            resolved.add(id(table.this))  # range(...): its arguments are checked here
     for node in query.find_all(exp.Func):
-        if id(node) in readers:
+        if id(node) in resolved:
             continue
         if type(node) in ALLOWED_NODES or isinstance(node, (exp.AggFunc, *PUBLIC_NODES)):
             continue  # an aggregate sqlglot knows by name is DuckDB's

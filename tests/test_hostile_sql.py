@@ -496,6 +496,13 @@ CATALOGUE_ROUTES = [
     "LIKE '%EMPTY%') d ON r.rating = d.movie_id PRIVACY_UNIT user_id",
     "WITH d AS (SELECT json_serialize_sql('SELECT 1') AS j FROM movies) "
     "SELECT COUNT(*) AS n FROM ratings, d PRIVACY_UNIT user_id",
+    # ... and in the arguments of a table function in FROM, whose rows count its value
+    "SELECT count(*) AS n FROM movies, range(strpos(json_serialize_plan("
+    "'SELECT 1 FROM ratings WHERE rating > 50', optimize := true), 'EMPTY_RESULT'))",
+    "SELECT COUNT(*) AS n FROM ratings r, range(strpos(json_serialize_plan('SELECT 1'), 'E')) t "
+    "PRIVACY_UNIT user_id BOUND ROWS 5",
+    "SELECT count(*) AS n FROM movies, generate_series(1, length(json_serialize_sql('SELECT 1')))",
+    "SELECT * AS n FROM movies, range(CAST(currval('visit_id') AS BIGINT))",
     "SELECT get_type('mood') AS p FROM movies",
     "SELECT cast_to_type(movie_id, NULL::INTEGER) AS p FROM movies",
 ]
