@@ -530,6 +530,23 @@ def test_no_route_through_the_databases_functions(owned: privsql.Session, sql: s
     refused(owned, sql)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DESCRIBE movies PIVOT (sum(movie_id) FOR title IN (json_serialize_plan("
+        "'SELECT 1 FROM ratings WHERE rating > 50', optimize := true)))",
+        "DESCRIBE movies PIVOT (sum(movie_id) FOR title IN (current_setting('threads')))",
+        "DESC movies UNPIVOT (v FOR k IN (title))",
+        "DESCRIBE movies AT (VERSION => 1)",
+        "DESCRIBE ratings TABLESAMPLE 10%",
+    ],
+)
+def test_describe_takes_a_plain_source_only(owned: privsql.Session, sql: str) -> None:
+    """DuckDB evaluates a described source's clauses (a PIVOT's IN list) on the session's
+    connection: the function checks never saw them (red team 18)."""
+    refused(owned, sql)
+
+
 def test_queries_over_public_data_keep_their_ordinary_functions(owned: privsql.Session) -> None:
     """The public allow-list: the row-level functions, aggregates, window functions and
     ``PUBLIC_FUNCTIONS``."""
