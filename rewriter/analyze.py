@@ -9,6 +9,7 @@ domain of each key where one is known), and the DP aggregates the query uses.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -141,7 +142,44 @@ def parse(sql: str) -> exp.Query:
     if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
         raise unparsed(sql, None, kind)
+    _refuse_unreadable(statement)
     return statement
+
+
+PLAIN_WORDS = re.compile(r"\w+(?:\.\w+){0,2}")
+"""What sqlglot may print without quotes: a word, or up to three dotted (a type's schema)."""
+
+
+def _type_name(node: exp.Expr) -> str | None:
+    """A user-defined type's name, which sqlglot prints as it was quoted, without quotes."""
+    if isinstance(node, exp.DataType) and node.this == exp.DType.USERDEFINED:
+        return str(node.args.get("kind") or "")
+    return None
+
+
+def _refuse_unreadable(statement: exp.Query) -> None:
+    """Refuse a query whose SQL as privsql writes it does not read back as the same SQL.
+
+    Everything privsql runs is written from the parsed tree, and a few of sqlglot's nodes
+    print text the analyst quoted without its quotes: ``CAST(1 AS "oid) AS v, x FROM priv
+    … --")`` became ``CAST(1 AS oid) AS v, x FROM priv …`` — a second query, run unchecked
+    on the session's connection, that returned private rows for free (red team 19);
+    ``EXTRACT("year) …" FROM ts)`` likewise. So the nodes sqlglot prints raw (a word, a
+    user-defined type's name) must be plain words, and, as a second wall, the SQL privsql
+    writes must read back as the same SQL."""
+    for node in statement.walk():
+        raw = node.name if isinstance(node, exp.Var) else _type_name(node)
+        if raw is not None and not PLAIN_WORDS.fullmatch(raw):
+            raise StatementNotAllowed(f"{raw!r} is not a plain name: it is not allowed here")
+    written = statement.sql(dialect=PrivSQL)
+    try:
+        again = sqlglot.parse_one(written, read=PrivSQL).sql(dialect=PrivSQL)
+    except ParseError:
+        again = None
+    if again != written:  # sqlglot may rewrite a node once (COUNT(DISTINCT a, b)), not twice
+        raise StatementNotAllowed(
+            "the query does not read back as written: a quoted name or type holds SQL"
+        )
 
 
 def analyze_source(source: str) -> exp.Table:
@@ -191,6 +229,9 @@ def _analyze(
     text = select.copy()
     text.set("privacy", None)
     select = resolve(select, catalog, names)
+    # before anything runs any part of it (type checks, fan-out counts): public parts run
+    # as written, and a count of one's rows was an oracle on private data (red team 19)
+    refuse_unsafe_public(select, catalog.aggregates)
     private = _private_sources(select, catalog)
     if private:
         check_binding(select, catalog, sql)
@@ -199,7 +240,6 @@ def _analyze(
             raise InvalidPrivacyUnit("PRIVACY_UNIT names no private source: the query reads none")
         if any(select.find_all(Clamped)):
             raise InvalidOption("CLAMPED BETWEEN is only meaningful over private data")
-        refuse_unsafe_public(select, catalog.aggregates)
         return PublicQuery(select)
     if not isinstance(select, exp.Select):
         raise StatementNotAllowed("set operations over private data are not allowed")
@@ -226,7 +266,6 @@ def _analyze(
     _refuse_raw_outputs(select, key_nodes)
     _refuse_unlisted_row_level(select, key_nodes, aggregates)
     refuse_growth(select, catalog)
-    refuse_unsafe_public(select, catalog.aggregates)  # its public parts run as written
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})

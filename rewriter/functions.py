@@ -208,9 +208,9 @@ PUBLIC_FUNCTIONS: frozenset[str] = frozenset(
 each computes from its arguments alone (a memory-hungry one costs only the analyst's own
 public query)."""
 
-PUBLIC_NODES: tuple[type[exp.Expr], ...] = (exp.Array, exp.Struct, exp.Unnest)
+PUBLIC_NODES: tuple[type[exp.Expr], ...] = (exp.Array, exp.Struct, exp.Unnest, exp.Columns)
 """Constructors a query over public data may write besides ``ALLOWED_NODES`` (``[1, 2]``,
-``{'a': 1}``, ``unnest``)."""
+``{'a': 1}``, ``unnest``, ``COLUMNS(...)``; what they hold is checked in turn)."""
 
 
 WINDOW_FUNCTIONS: frozenset[str] = frozenset(
@@ -235,7 +235,13 @@ def refuse_unsafe_public(query: exp.Expr, aggregates: frozenset[str]) -> None:
     ``generate_series`` are checked here (``json_serialize_plan`` in them counted rows of
     a plan over private data, red team 17)."""
     allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | aggregates
-    resolved = set()  # table functions in FROM, and a Parquet reader's literal arguments
+    resolved = {  # CLAMPED's bounds: public constants, refused by the options' rules if not
+        id(part)
+        for clamp in query.find_all(Clamped)
+        for bound in (clamp.args["low"], clamp.args["high"])
+        for part in bound.walk()
+    }
+    # table functions in FROM, and a Parquet reader's literal arguments
     for table in query.find_all(exp.Table):
         if not isinstance(table.this, exp.Func):
             continue

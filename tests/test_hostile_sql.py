@@ -533,6 +533,48 @@ def test_no_route_through_the_databases_functions(owned: privsql.Session, sql: s
 @pytest.mark.parametrize(
     "sql",
     [
+        "SELECT CAST(1 AS \"oid) AS v, user_id, note FROM ratings WHERE CASE WHEN v IS NULL "
+        "THEN error('x') ELSE rating > 1000 END --\") AS y",
+        "SELECT 1::\"oid) AS v, count(*) AS n FROM ratings --\" AS y FROM range(1)",
+        "SELECT CAST(1 AS \"main.integer) AS v FROM ratings --\") AS y FROM movies",
+        "SELECT EXTRACT(\"year) FROM ratings --\" FROM DATE '2020-01-01') AS y FROM movies",
+    ],
+)
+def test_a_quoted_name_never_becomes_sql(owned: privsql.Session, sql: str) -> None:
+    """sqlglot prints a user-defined type's name and a date part without their quotes:
+    the analyst's quoted text became a query of its own, run on the session's connection,
+    that returned a unit's rows for free (red team 19)."""
+    refused(owned, sql)
+
+
+def test_a_public_part_runs_nothing_before_its_functions_are_checked(tmp_path: Path) -> None:
+    """The fan-out limit counts a public derived table's rows by running it: with
+    json_serialize_plan in its WHERE the count (and so the refusal) followed whether a
+    unit held a value above 1000 (red team 19). The function check comes first."""
+    sql = (
+        "SELECT COUNT(*) AS n FROM ratings JOIN (SELECT * FROM range(300) r(i) WHERE NOT "
+        "contains(json_serialize_plan('SELECT * FROM ratings WHERE rating > 1000', "
+        "optimize := true), 'EMPTY_RESULT')) p ON true PRIVACY_UNIT user_id"
+    )
+    messages = []
+    for planted in (False, True):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE ratings AS SELECT i % 20 AS user_id, i % 5 AS rating "
+                    "FROM range(400) r(i)")
+        if planted:
+            con.execute("INSERT INTO ratings VALUES (999, 123456)")
+        db = privsql.connect(con, budget=10)
+        db.protect("ratings", privacy_unit="user_id")
+        with pytest.raises(PrivacyError) as caught:
+            db.sql(sql)
+        messages.append(str(caught.value))
+        assert db.budget.spent == 0
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
         "DESCRIBE movies PIVOT (sum(movie_id) FOR title IN (json_serialize_plan("
         "'SELECT 1 FROM ratings WHERE rating > 50', optimize := true)))",
         "DESCRIBE movies PIVOT (sum(movie_id) FOR title IN (current_setting('threads')))",
