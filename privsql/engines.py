@@ -28,6 +28,7 @@ from rewriter.analyze import Analysis
 from rewriter.catalog import reader_paths
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
 from rewriter.files import FileGroup
+from rewriter.functions import DISABLED_OPTIMIZERS
 from rewriter.generate import RELEASED, Stages
 from rewriter.relations import source_sql
 from rewriter.sqlbuild import SECRET
@@ -102,11 +103,14 @@ class Engine(Protocol):
 
 
 class _TryKeptWhole:
-    """Turn off DuckDB's common-subexpression optimiser while private statements run.
+    """Turn off the DuckDB optimisers that move an expression out of the ``TRY`` around it
+    (``rewriter.functions.DISABLED_OPTIMIZERS``) while private statements run.
 
-    It moves a subexpression that occurs twice out of the ``TRY`` around it, where its
-    error escapes: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s``
-    (DuckDB 2.0), and whether a query succeeds would depend on a private value.
+    Common-subexpression elimination moves a subexpression that occurs twice out of the
+    ``TRY``: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s`` (DuckDB
+    2.0); statistics propagation folds a comparison the column's min/max decide into a
+    constant, whose error escapes. Either way whether a query succeeds would depend on a
+    private value.
 
     The setting is global to a DuckDB database, which may be a user's own connection
     (``privsql.connect(con)``): it is turned off while any private statement of this
@@ -135,8 +139,9 @@ class _TryKeptWhole:
             self._running += 1
             setting = _disabled_optimizers(connection)
             disabled = {name.strip() for name in setting.split(",") if name.strip()}
-            if OPTIMISER not in disabled:
-                _set_disabled_optimizers(connection, ",".join(sorted(disabled | {OPTIMISER})))
+            if not disabled >= set(DISABLED_OPTIMIZERS):
+                wanted = ",".join(sorted(disabled | set(DISABLED_OPTIMIZERS)))
+                _set_disabled_optimizers(connection, wanted)
                 if give_back:  # through a connection of its own: this one may be busy by then
                     self._found.append((connection.cursor(), setting))
         try:
@@ -154,7 +159,6 @@ class _TryKeptWhole:
                             restorer.close()
 
 
-OPTIMISER = "common_subexpressions"
 _try_kept_whole = _TryKeptWhole()
 
 

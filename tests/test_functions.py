@@ -270,6 +270,27 @@ def test_common_subexpressions_escape_try_without_the_required_settings(expressi
         bare.execute(f"SELECT TRY({expression}) FROM v").fetchall()
 
 
+@pytest.mark.parametrize("settings", [(), REQUIRED_SETTINGS])
+def test_statistics_propagation_moves_errors_out_of_try(settings: tuple[str, ...]) -> None:
+    """Why ``statistics_propagation`` is in ``REQUIRED_SETTINGS``: it folds ``v <= 55`` to
+    a constant where the column's statistics decide it, and the constant's error escapes
+    TRY, so failing told whether any row's ``v`` exceeded 55 (red team 20)."""
+    bare = duckdb.connect()
+    bare.execute("SET disabled_optimizers = 'common_subexpressions'")
+    for setting in settings:
+        bare.execute(setting)
+    bare.execute("CREATE TABLE t AS SELECT (i % 50)::BIGINT AS v FROM range(400) r(i)")
+    folded = (
+        "SELECT count(*) FROM t WHERE TRY(epoch_ms(make_timestamp("
+        "9223372036854775806 * CAST(v <= 55 AS BIGINT))) > 0)"
+    )
+    if settings:
+        bare.execute(folded).fetchall()
+    else:
+        with pytest.raises(duckdb.ConversionException):
+            bare.execute(folded).fetchall()
+
+
 ACCEPTED = [
     "dep_delay > 10 AND origin = 'JFK'",
     "EXTRACT(month FROM time_hour)",
