@@ -565,6 +565,7 @@ def _outcomes(sql: str) -> list[str]:
             seen.append("answered")
         except PrivacyError as error:
             seen.append(str(error))
+            assert db.budget.spent == 0
         assert PLANTED not in seen[-1]
     return seen
 
@@ -601,7 +602,7 @@ def test_a_timestamp_duckdb_cannot_print_is_never_made(sql: str) -> None:
     assert first == second and "make_timestamp(microseconds) is not allowed" in first
 
 
-def test_a_public_part_runs_nothing_before_its_functions_are_checked(tmp_path: Path) -> None:
+def test_a_public_part_runs_nothing_before_its_functions_are_checked() -> None:
     """The fan-out limit counts a public derived table's rows by running it: with
     json_serialize_plan in its WHERE the count (and so the refusal) followed whether a
     unit held a value above 1000 (red team 19). The function check comes first."""
@@ -610,20 +611,8 @@ def test_a_public_part_runs_nothing_before_its_functions_are_checked(tmp_path: P
         "contains(json_serialize_plan('SELECT * FROM ratings WHERE rating > 1000', "
         "optimize := true), 'EMPTY_RESULT')) p ON true PRIVACY_UNIT user_id"
     )
-    messages = []
-    for planted in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE ratings AS SELECT i % 20 AS user_id, i % 5 AS rating "
-                    "FROM range(400) r(i)")
-        if planted:
-            con.execute("INSERT INTO ratings VALUES (999, 123456)")
-        db = privsql.connect(con, budget=10)
-        db.protect("ratings", privacy_unit="user_id")
-        with pytest.raises(PrivacyError) as caught:
-            db.sql(sql)
-        messages.append(str(caught.value))
-        assert db.budget.spent == 0
-    assert messages[0] == messages[1]
+    first, second = _outcomes(sql)
+    assert first == second != "answered"
 
 
 @pytest.mark.parametrize(
