@@ -160,7 +160,7 @@ SCALAR_FUNCTIONS = frozenset(
         "abs", "acos", "ascii", "asin", "atan", "atan2", "bit_count", "bit_length", "cbrt",
         "ceil", "contains", "cos", "date_diff", "date_part", "date_sub", "date_trunc",
         "datepart", "datesub", "day", "dayofmonth", "dayofweek", "dayofyear", "degrees",
-        "ends_with", "epoch", "epoch_ms", "even", "exp", "extract", "floor", "gcd", "hash",
+        "ends_with", "epoch", "even", "exp", "extract", "floor", "gcd", "hash",
         "hour", "isfinite", "isinf", "isnan", "isodow", "last_day", "lcm", "length", "ln",
         "log", "make_date", "make_timestamp", "millisecond", "minute", "month", "pi", "power",
         "prefix", "quarter", "radians", "regexp_full_match", "regexp_matches", "round",

@@ -593,13 +593,16 @@ def test_whether_a_condition_fails_never_follows_a_columns_extremes(condition: s
         "-9223372036854775808 * CAST(rating = 4321 AS BIGINT)) AS VARCHAR)) > 0 "
         "PRIVACY_UNIT user_id",
         "SELECT CAST(make_timestamp(-9223372036854775808) AS VARCHAR) AS t",
+        # red team 21: just below the earliest timestamp, in milliseconds
+        "SELECT COUNT(*) AS n FROM ratings WHERE CAST(epoch_ms(CASE WHEN rating = 4321 THEN "
+        "-9223372036854775 ELSE 0 END) AS VARCHAR) <> '' PRIVACY_UNIT user_id",
     ],
 )
 def test_a_timestamp_duckdb_cannot_print_is_never_made(sql: str) -> None:
     """make_timestamp(−2⁶³) cast to text raised an internal error no TRY held, which
     invalidated the database for every session (red team 20)."""
     first, second = _outcomes(sql)
-    assert first == second and "make_timestamp(microseconds) is not allowed" in first
+    assert first == second and "is not allowed" in first
 
 
 def test_a_public_part_runs_nothing_before_its_functions_are_checked() -> None:
