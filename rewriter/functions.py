@@ -45,11 +45,12 @@ Notable exclusions, probed on duckdb 2.0.0:
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from sqlglot import exp
 
-from rewriter.errors import UnsupportedQuery
+from rewriter.errors import UnknownName, UnsupportedQuery
 from rewriter.expressions import Clamped
 from rewriter.resolve import FILE_READERS
 
@@ -234,7 +235,9 @@ WINDOW_FUNCTIONS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
-def refuse_unsafe_public(query: exp.Expr, aggregates: frozenset[str]) -> None:
+def refuse_unsafe_public(
+    query: exp.Expr, aggregates: frozenset[str], builtins: frozenset[str] = frozenset()
+) -> None:
     """Refuse, in a query over public data (which runs as written), any function call but
     the row-level allow-list, ``PUBLIC_FUNCTIONS``, aggregates (the engine's, whose
     values are their arguments'; one the database defines is refused by
@@ -269,6 +272,10 @@ def refuse_unsafe_public(query: exp.Expr, aggregates: frozenset[str]) -> None:
         if type(node) in ALLOWED_NODES or isinstance(node, (exp.AggFunc, *PUBLIC_NODES)):
             continue  # an aggregate sqlglot knows by name is DuckDB's
         name = duckdb_name(node)
+        if isinstance(node, exp.Anonymous) and builtins and name not in builtins:
+            close = difflib.get_close_matches(name, sorted(allowed), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise UnknownName(f"function {name} does not exist{hint}")
         if name is None or name not in allowed:
             written = name or node.sql_name().lower()
             raise UnsupportedQuery(
