@@ -238,18 +238,20 @@ WINDOW_FUNCTIONS: frozenset[str] = frozenset(
 def refuse_unsafe_public(
     query: exp.Expr, aggregates: frozenset[str], builtins: frozenset[str] = frozenset()
 ) -> None:
-    """Refuse, in a query over public data (which runs as written), any function call but
-    the row-level allow-list, ``PUBLIC_FUNCTIONS``, aggregates (the engine's, whose
-    values are their arguments'; one the database defines is refused by
-    ``refuse_defined``) and ``WINDOW_FUNCTIONS``. What else a DuckDB function may read is not its
-    signature's business: built-in macros read the catalogue (``pg_get_viewdef`` printed
-    a view's constants), ``nextval`` a sequence, and ``json_serialize_plan`` binds and
-    optimises SQL it is given as text — a private table, the ledger, any file — so a plan
-    told a table's extremes and a binder error printed the ledger's key file (red teams
-    15 and 16). Which table functions FROM may call is the resolver's business, and so are
-    a Parquet reader's arguments (constants only); the arguments of ``range`` and
-    ``generate_series`` are checked here (``json_serialize_plan`` in them counted rows of
-    a plan over private data, red team 17)."""
+    """Refuse, anywhere in a query (its public parts run as written, its private ones are
+    further held to ``refuse_unlisted``), any function call but the row-level allow-list,
+    ``PUBLIC_FUNCTIONS``, aggregates (the engine's, whose values are their arguments'; one
+    the database defines is refused by ``refuse_defined``) and ``WINDOW_FUNCTIONS``.
+
+    What else a DuckDB function may read is not its signature's business: built-in macros
+    read the catalogue (``pg_get_viewdef`` printed a view's constants), ``nextval`` a
+    sequence, and ``json_serialize_plan`` binds and optimises SQL it is given as text — a
+    private table, the ledger, any file — so a plan told a table's extremes and a binder
+    error printed the ledger's key file (red teams 15 and 16). Which table functions FROM
+    may call is the resolver's business, and so are a Parquet reader's arguments
+    (constants only); the arguments of ``range`` and ``generate_series`` are checked here
+    (``json_serialize_plan`` in them counted rows of a plan over private data, red team
+    17)."""
     allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | aggregates
     resolved = {  # CLAMPED's bounds: public constants, refused by the options' rules if not
         id(part)
@@ -278,9 +280,7 @@ def refuse_unsafe_public(
             raise UnknownName(f"function {name} does not exist{hint}")
         if name is None or name not in allowed:
             written = name or node.sql_name().lower()
-            raise UnsupportedQuery(
-                f"function {written} is not allowed in privsql queries over public data"
-            )
+            raise UnsupportedQuery(f"function {written} is not allowed in privsql queries")
 
 
 def refuse_unlisted(node: exp.Expr) -> None:
