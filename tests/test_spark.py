@@ -336,6 +336,30 @@ def test_what_spark_cannot_compute_exactly_is_refused(spark, data, query, messag
     assert db.budget.spent == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "query", "message"),
+    [
+        # a name DuckDB's dialect passes to Spark as written: the session's UDF would run
+        ("leak", "SELECT leak(region) AS r FROM regions", "defined in this database"),
+        # a name of DuckDB's own that Spark lacks: every query is refused
+        ("string_split", "SELECT COUNT(*) AS n FROM regions", "a name of DuckDB's own"),
+    ],
+)
+def test_functions_the_spark_session_defines_are_refused(spark, data, name, query, message):
+    """A Python UDF may read anything; the Spark session's own functions are refused as a
+    DuckDB database's macros are (docs/privacy.md §8)."""
+    session = spark.newSession()  # its own function registry, dropped with it
+    session.createDataFrame(pd.DataFrame({"region": ["n", "s"]})).createOrReplaceTempView(
+        "regions"
+    )
+    session.udf.register(name, lambda value: value, "string")
+    db = privsql.connect(engine="spark", spark=session, budget=1.0)
+    db.public("regions")
+    with pytest.raises(privsql.PrivacyError, match=message):
+        db.sql(query)
+    assert db.budget.spent == 0
+
+
 def test_ansi_mode_is_refused(spark, data):
     db = _spark(spark, budget=1.0)
     spark.conf.set("spark.sql.ansi.enabled", "true")
