@@ -2,7 +2,8 @@
 
 Footers are metadata: grouping reads no row. Files of one group are read together by
 ``rewriter.files.conformed_read``; DuckDB could only fail to read them together if their
-footers differed.
+footers differed, or if a file held a value DuckDB cannot decode: a glob's files are
+checked for that once (per file, while it stays the same file) and left out if they do.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[Fi
         return (FileGroup((paths[0],), _described(con, paths, options)),)
     try:
         footers, every_file = _footers(con, paths), True
-    except duckdb.Error:  # some file's footer cannot be read: each file's alone
+    except duckdb.Error:  # some file's footer or name cannot be read: each file's alone
         footers, every_file = _readable_footers(con, paths), False
+    decoding = [(file, footer) for file, footer in footers if _decodes(con, file, options)]
+    every_file, footers = every_file and len(decoding) == len(footers), decoding
     hive = any(a.this.name.lower() == "hive_partitioning" and a.expression.this for a in options)
     grouped: dict[object, list[str]] = defaultdict(list)
     for file, footer in footers:
@@ -58,13 +61,69 @@ def _readable_footers(con: duckdb.DuckDBPyConnection, paths: list[str]) -> list[
     (truncated, empty, another format) holds no rows anyone can read; one unit's such file
     refused every query over the glob before (red team 15), so it is left out."""
     footers = []
-    for path in paths:
-        for (file,) in con.execute("SELECT file FROM glob(?)", [path]).fetchall():
-            try:
-                footers += _footers(con, [file])
-            except duckdb.Error:
-                continue
+    for file in _listed(con, paths):
+        try:
+            footers += _footers(con, [file])
+        except duckdb.Error:
+            continue
     return footers
+
+
+def _listed(con: duckdb.DuckDBPyConnection, paths: list[str]) -> list[str]:
+    """The files ``paths`` name that DuckDB can name back. DuckDB's ``glob`` fails on a
+    file name that is not UTF-8 (one unit's such file failed every query over the glob,
+    red team 22); the file system's listing is then read, without such names."""
+    files = []
+    for path in paths:
+        try:
+            files += [f for (f,) in con.execute("SELECT file FROM glob(?)", [path]).fetchall()]
+        except duckdb.Error:
+            files += sorted(f for f in glob.glob(path, recursive=True) if _utf8(f))
+    return files
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # an undecodable byte, kept by Python as a lone surrogate
+        return False
+    return True
+
+
+_DECODES: dict[tuple[str, int, int, str], bool] = {}
+"""Whether a file decodes, by its path, size, modification time and reader options."""
+
+
+def _decodes(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr]) -> bool:
+    """Whether DuckDB decodes every value of ``file`` (read with the reader's ``options``).
+    A valid footer over a value DuckDB cannot decode (a string that is not UTF-8, a
+    timestamp or time out of range) failed every query naming its column, whatever else
+    it did, so one unit's file decided answered or withheld (red team 22); such a file
+    holds no row anyone can read, as one without a footer, and is left out."""
+    read = _read([file], options)
+    try:
+        status = os.stat(file)
+    except OSError:  # not on the local file system: checked on every read
+        return _decoded(con, read)
+    key = (file, status.st_size, status.st_mtime_ns, read)
+    if key not in _DECODES:
+        _DECODES[key] = _decoded(con, read)
+    return _DECODES[key]
+
+
+def _decoded(con: duckdb.DuckDBPyConnection, read: str) -> bool:
+    try:  # a hash of every column decodes every value
+        con.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
+    except duckdb.Error:
+        return False
+    return True
+
+
+def _read(files: list[str], options: list[exp.Expr]) -> str:
+    """A ``read_parquet`` of ``files`` with the reader's ``options``, as DuckDB SQL."""
+    listed = exp.Array(expressions=[exp.Literal.string(f) for f in files])
+    read = exp.ReadParquet(expressions=[listed, *(o.copy() for o in options)])
+    return read.sql(dialect="duckdb")
 
 
 def _partitions(path: str) -> tuple[str, ...]:
@@ -76,10 +135,8 @@ def _partitions(path: str) -> tuple[str, ...]:
 def _described(
     con: duckdb.DuckDBPyConnection, files: list[str], options: list[exp.Expr]
 ) -> tuple[tuple[str, str], ...]:
-    files_sql = exp.Array(expressions=[exp.Literal.string(f) for f in files])
-    read = exp.ReadParquet(expressions=[files_sql, *(o.copy() for o in options)])
     try:
-        rows = con.execute(f"DESCRIBE SELECT * FROM {read.sql(dialect='duckdb')}").fetchall()
+        rows = con.execute(f"DESCRIBE SELECT * FROM {_read(files, options)}").fetchall()
     except duckdb.Error:
         raise PrivacyError("cannot read the columns of the files this reader names") from None
     return tuple((name, public_type(kind)) for name, kind, *_ in rows)
