@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from privsql.bound_reads import check_public_reads
 from privsql.footers import footer_groups
 from rewriter.analyze import Analysis
 from rewriter.catalog import reader_paths
@@ -95,6 +96,11 @@ class Engine(Protocol):
 
     def release(self, stages: Stages, secret: int) -> pa.Table:
         """The released values of a private query, before post-processing (``__released``)."""
+        ...
+
+    def check_public(self, query: exp.Query, public: frozenset[str]) -> None:
+        """Refuse a query the analyser found to read only the ``public`` sources (their
+        identities) where the engine binds it to read more (``privsql.bound_reads``)."""
         ...
 
     def public(self, query: exp.Query) -> pa.Table:
@@ -190,6 +196,7 @@ class DuckDBEngine:
         there (``_TryKeptWhole``)."""
         self._con = connection
         self._owned = owned
+        ((self._database,),) = connection.execute("SELECT current_database()").fetchall()
         self._listing: tuple[list[tuple], list[tuple[exp.Table, str | None]]] = ([], [])
 
     def columns(self, source: str) -> list[str]:
@@ -272,6 +279,9 @@ class DuckDBEngine:
         with warnings.catch_warnings():  # the extra copy is of the few released rows
             warnings.simplefilter("ignore", UserWarning)
             return self._con.execute(statement, _parameters(statement, secret)).to_arrow_table()
+
+    def check_public(self, query: exp.Query, public: frozenset[str]) -> None:
+        check_public_reads(self._con, query.sql(dialect="duckdb"), public, self._database)
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
@@ -397,6 +407,10 @@ class SparkEngine:
             for name in outputs:
                 self._con.unregister(name)
         raise PrivacyError(WITHHELD)
+
+    def check_public(self, query: exp.Query, public: frozenset[str]) -> None:
+        """Not checked on Spark: it has no macros, and its session's functions are refused
+        (``defined_functions``)."""
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()

@@ -294,6 +294,7 @@ class Session:
         if isinstance(analysis, PublicQuery):
             # read again: a macro made since the catalogue was would run as written
             refuse_defined(analysis.select, self._engine.defined_functions(), builtin_functions())
+            self._engine.check_public(analysis.select, catalog.public)
             return Result(self._engine.public(analysis.select))
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
