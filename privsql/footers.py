@@ -34,6 +34,11 @@ def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[Fi
     paths = [p.name for p in reader_paths(reader.this)]
     options = [a for a in reader.this.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
     if len(paths) == 1 and not glob.has_magic(paths[0]):
+        if not _decodes(con, paths[0], options):
+            raise PrivacyError(
+                "the file this reader names holds values DuckDB cannot decode: the data "
+                "owner must write it again"
+            )
         return (FileGroup((paths[0],), _described(con, paths, options)),)
     try:
         footers, every_file = _footers(con, paths), True
@@ -90,8 +95,11 @@ def _utf8(name: str) -> bool:
     return True
 
 
-_DECODES: dict[tuple[str, int, int, str], bool] = {}
-"""Whether a file decodes, by its path, size, modification time and reader options."""
+_DECODES: dict[tuple[object, ...], bool] = {}
+"""Whether a file decodes, by its path, inode, size, modification and change times and
+the reader's options. The change time is the kernel's: copying with times kept (``cp -p``,
+``rsync -t``) or rewriting bytes in place sets the modification time back, not it (a
+verdict kept across such a rewrite failed queries again, red team 23)."""
 
 
 def _decodes(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr]) -> bool:
@@ -99,13 +107,15 @@ def _decodes(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr])
     A valid footer over a value DuckDB cannot decode (a string that is not UTF-8, a
     timestamp or time out of range) failed every query naming its column, whatever else
     it did, so one unit's file decided answered or withheld (red team 22); such a file
-    holds no row anyone can read, as one without a footer, and is left out."""
+    holds no row anyone can read, as one without a footer, and is left out of a glob (a
+    file named alone refuses every query instead, whatever it names)."""
     read = _read([file], options)
     try:
         status = os.stat(file)
     except OSError:  # not on the local file system: checked on every read
         return _decoded(con, read)
-    key = (file, status.st_size, status.st_mtime_ns, read)
+    key = (file, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    key += (status.st_ctime_ns, read)
     if key not in _DECODES:
         _DECODES[key] = _decoded(con, read)
     return _DECODES[key]

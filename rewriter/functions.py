@@ -54,12 +54,20 @@ from rewriter.errors import UnknownName, UnsupportedQuery
 from rewriter.expressions import Clamped
 from rewriter.resolve import FILE_READERS
 
-DISABLED_OPTIMIZERS: tuple[str, ...] = ("common_subexpressions", "statistics_propagation")
-"""DuckDB optimisers that move an expression out of the ``TRY`` around it: the first hoists
-a repeated subexpression below it (above); the second folds a comparison the table's
-min/max statistics decide into a constant, whose error escapes ``TRY``, so whether
-``epoch_ms(make_timestamp(big * CAST(v <= k AS BIGINT)))`` failed told whether any row's
-``v`` exceeded ``k`` (red team 20)."""
+DISABLED_OPTIMIZERS: tuple[str, ...] = (
+    "common_subexpressions",
+    "statistics_propagation",
+    "join_filter_pushdown",
+)
+"""DuckDB optimisers that move an expression out of the ``TRY`` around it, or add one no
+``TRY`` holds: the first hoists a repeated subexpression below it (above); the second
+folds a comparison the table's min/max statistics decide into a constant, whose error
+escapes ``TRY``, so whether ``epoch_ms(make_timestamp(big * CAST(v <= k AS BIGINT)))``
+failed told whether any row's ``v`` exceeded ``k`` (red team 20); the third pushes a join's
+key values into the scan of the other side as a filter of its own, which on a Parquet file
+probes the bloom filter of every row group whose min/max admit the value, so one unit's
+file with a corrupt bloom filter failed exactly the joins on a value inside its range (a
+free search for its values, red team 23)."""
 
 REQUIRED_SETTINGS: tuple[str, ...] = (
     f"SET disabled_optimizers = '{','.join(DISABLED_OPTIMIZERS)}'",

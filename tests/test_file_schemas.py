@@ -153,6 +153,88 @@ def test_a_file_with_a_value_duckdb_cannot_decode_is_left_out(tmp_path, kind, re
     assert db.sql(query).fetchall()[0][0] == pytest.approx(31, abs=0.01)
 
 
+def test_a_corrupt_bloom_filter_decides_no_join(tmp_path):
+    """A join on a private Parquet column pushed the public side's one key value into the
+    scan, which probed the bloom filter of every row group whose min/max admit it: one
+    unit's file with a corrupt bloom filter (values, footer and statistics valid, so it
+    decodes) failed exactly the joins on a value inside its range, a free search for its
+    values (red team 23). No such filter is pushed into a private scan."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    con = duckdb.connect()
+    for part in range(4):
+        con.execute(
+            f"COPY (SELECT 'u' || ({part} * 20 + i % 20) AS u, 'v' || (i % 7) AS s "
+            f"FROM range(200) r(i)) TO '{folder}/f{part}.parquet'"
+        )
+    victim = folder / "victim.parquet"
+    victim_rows = "SELECT 'w' AS u, 'band_' || (41 + i % 2) AS s FROM range(10) r(i)"
+    con.execute(f"COPY ({victim_rows}) TO '{victim}'")
+    blooms = con.execute(
+        f"SELECT bloom_filter_offset, bloom_filter_length FROM parquet_metadata('{victim}') "
+        "WHERE bloom_filter_offset IS NOT NULL"
+    ).fetchall()
+    assert blooms  # DuckDB writes one for a dictionary-encoded text column
+    data = bytearray(victim.read_bytes())
+    for offset, length in blooms:
+        data[offset : offset + length] = b"\xff" * length
+    victim.write_bytes(bytes(data))
+    con.execute("CREATE TABLE bands AS SELECT 'band_' || i AS name FROM range(50) r(i)")
+    db = privsql.connect(con, budget=1e6, insecure=True)
+    db.protect(f"read_parquet('{folder}/*.parquet')", privacy_unit="u")
+    db.public("bands")
+    for value in ("band_1", "band_41", "band_42"):
+        result = db.sql(
+            f"SELECT COUNT(*) AS n FROM read_parquet('{folder}/*.parquet') p JOIN bands q "
+            f"ON p.s = q.name WHERE q.name = '{value}' PRIVACY_UNIT u EPSILON 1000"
+        )
+        assert result.columns == ["n"]
+
+
+def test_a_single_file_that_does_not_decode_refuses_every_query_alike(tmp_path):
+    """A file named alone (no glob) is checked as a glob's files are: protect() refuses
+    it, and once declared, a rewrite that cannot be decoded refuses every query on it with
+    one message, whatever column it names (it refused only those naming the column)."""
+    path = tmp_path / "one.parquet"
+    rows = [_typed_row(unit, **FINE) for unit in range(20)]
+    pq.write_table(pa.concat_tables(rows), path)
+    db = privsql.connect(budget=1e6, seed=11, insecure=True)
+    db.protect(f"read_parquet('{path}')", privacy_unit="u")
+    planted = _typed_row(900, **UNDECODABLE["text not UTF-8"])
+    pq.write_table(pa.concat_tables([*rows, planted]), path)
+    messages = set()
+    for query in ("SELECT COUNT(*) AS n FROM {}", "SELECT COUNT(s) AS n FROM {}"):
+        with pytest.raises(privsql.PrivacyError) as refused:
+            db.sql(query.format(f"read_parquet('{path}')") + " PRIVACY_UNIT u EPSILON 1")
+        messages.add(str(refused.value))
+    assert len(messages) == 1 and "cannot decode" in messages.pop()
+    assert db.budget.spent == 0
+    with pytest.raises(privsql.PrivacyError, match="cannot decode"):
+        privsql.connect(insecure=True).protect(f"read_parquet('{path}')", privacy_unit="u")
+
+
+def test_a_rewrite_keeping_size_and_modification_time_is_decoded_again(files):
+    """The decode verdict is kept per file while its change time stays (``cp -p`` and
+    in-place rewrites keep size and modification time, red team 23)."""
+    db = declared(files)
+    planted = files / "z_planted.parquet"
+    text = pa.table({"u": pa.array([900], pa.int32()), "x": [1.0], "s": ["zqzq"]})
+    pq.write_table(text, planted, compression="none")
+    before = answer(db, files)[1]
+    stat = planted.stat()
+    data = bytearray(planted.read_bytes())
+    offset = data.find(b"zqzq")  # the value in its data page, rewritten in place
+    data[offset : offset + 2] = b"\xff\xfe"
+    planted.write_bytes(bytes(data))
+    os.utime(planted, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert planted.stat().st_size == stat.st_size
+    result = db.sql(
+        f"SELECT COUNT(s) AS n FROM read_parquet('{files}/*.parquet') PRIVACY_UNIT u "
+        "BOUND ROWS 1 EPSILON 100000"
+    )
+    assert result.fetchall()[0][0] == pytest.approx(before[0] - 1, abs=0.01)
+
+
 @pytest.mark.parametrize("restricted", [False, True], ids=["owner", "declared files only"])
 def test_a_file_whose_name_is_not_utf8_leaves_a_declared_glob_running(files, restricted):
     """DuckDB's glob fails on such a name, which failed every query over the glob with a
