@@ -33,6 +33,15 @@ UNITS_SHARE = Fraction(1, 10)
 GAP = 5
 """v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
 
+RISE_PART = 3
+"""Up to ``PRIOR_KNEE``, the rank rule's prior spends over PRIOR_SPAN steps of ×1.5 at most
+1/RISE_PART of the evidence the data give against the smallest candidate (4, a quarter,
+before docs/utility.md §16)."""
+
+PRIOR_KNEE = Fraction(3, 2)
+"""The prior (γ, nats per ×1.5) the rank rule's fast rise reaches (1 before
+docs/utility.md §16); past it γ rises at a twelfth of the evidence per PRIOR_SPAN."""
+
 PRIOR_CEILING = Fraction(5, 2)
 """The most the rank rule's prior may cost per ×1.5 of cap (γ, in nats), reached where the
 data give ample evidence: there a strong prior keeps the rule off the run of candidates
@@ -173,7 +182,7 @@ def rank_threshold(
     target = max(1, min(rank, cells_per_unit * (noisy_units // 2)))
     evidence = select_epsilon * (noisy_units - Fraction(target, cells_per_unit))
     blind = evidence / (4 * PRIOR_SPAN) < Fraction(1, 2)
-    weak = min(Fraction(1), evidence / (4 * PRIOR_SPAN))
+    weak = min(PRIOR_KNEE, evidence / (RISE_PART * PRIOR_SPAN))
     decay = min(PRIOR_CEILING, max(Fraction(1, 2), weak, evidence / (12 * PRIOR_SPAN)))
     one_sided = select_epsilon * Fraction(target, cells_per_unit) < TWO_SIDED_FROM
     sensitivity = Fraction(1, 2) if one_sided else Fraction(1)
