@@ -18,11 +18,17 @@ former best over the ×1.5 grid flattered AUTO by up to 1.3× (``grid_best_vs_be
 Variants of the rank rule, each a knob the rule's docstring argues for:
 
 * ``privsql``: the shipped rule (the ×2^¼ grid ``ROW_CANDIDATES``, a one-sided score at
-  the monotone sensitivity, a prior rising to ``udfs.threshold.PRIOR_CEILING`` per ×1.5
-  of cap where the data give ample evidence, and one grid step above the selection);
+  the monotone sensitivity, a prior rising at a third of the evidence to
+  ``udfs.threshold.PRIOR_KNEE`` = 3/2 and on to ``PRIOR_CEILING`` per ×1.5 of cap where
+  the data give ample evidence, and one grid step above the selection);
+* ``former rise``: the prior's rise before docs/utility.md §16 (a quarter of the
+  evidence, up to 1): the rule of §13;
+* ``knee 5/4``, ``knee 1``: the faster rise stopping lower;
 * ``no step``: without the step up (``margin=0``);
-* ``×1.5 grid``: on the ×1.5 grid ``CANDIDATES``, one step (×1.5) up;
-* ``ceiling 3/2``: the prior's former ceiling.
+* ``share 25%``: the search gets 25% of ε and the release 70%.
+
+(§13's ``×1.5 grid`` and ``ceiling 3/2`` are ``shipped(grid=(CANDIDATES, 1.5))`` and
+``shipped(ceiling=Fraction(3, 2))``.)
 
 Run against a snapshot of an earlier privsql (``PYTHONPATH=snapshot``, ``--label before``)
 to score the rule it ships; ``--before`` adds that run's ``privsql`` column to the table.
