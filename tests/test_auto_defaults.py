@@ -12,7 +12,9 @@ bounds, v(h) without bias) and fail there; the others guard against regressions.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
+from fractions import Fraction
 
 import duckdb
 import numpy as np
@@ -402,3 +404,53 @@ def test_default_spread_bounds_fit_the_spread(con):
     assert np.median(errors[10.0]["v"]) < 0.45, errors[10.0]["v"]
     assert np.median(errors[10.0]["s"]) < 0.2, errors[10.0]["s"]
     assert dishonest == 0, dishonest
+
+
+@pytest.mark.parametrize(
+    ("table", "unit", "epsilon"), [("flights", "tailnum", 0.1), ("visits", "uid", 0.5)]
+)
+def test_rank_rule_within_twice_the_best_fixed_cap(con, monkeypatch, table, unit, epsilon):
+    """COUNT(*) under one group, by exact expected error as in
+    ``benchmarks/utility/cap_rules.py`` (docs/utility.md §16): the rule's cap, drawn 1 000
+    times from the exact search summary at AUTO's 15% of ε and scored by
+    |b| + λe^(−|b|/λ) at the release's 0.8ε, is within 2× of the best fixed cap over every
+    number of rows at 0.95ε. Measured 1.81 and 1.87 for flights at ε = 0.1 (seeds 1, 2 of
+    ``cap_rules.py``), 1.75 and 1.76 for visits at ε = 0.5. The prior's former rise (a
+    quarter of the evidence, up to 1) fails both: 2.56 and 2.08 there; with this seed the
+    rule gives 1.89 and 1.67, the former rise 2.24 and 2.13 (its caps run far above the
+    data in a few draws per hundred). Fails on the former rise."""
+    sizes = con.sql(
+        f"SELECT count(*) FROM {table} WHERE {unit} IS NOT NULL GROUP BY {unit}"
+    ).fetchnumpy()
+    counts = next(iter(sizes.values())).astype(float)
+    over = [int((counts > c).sum()) for c in ROW_CANDIDATES]
+    release = 0.8 * epsilon
+
+    def error(cap: float, at: float) -> float:
+        bias = float(np.maximum(counts - cap, 0).sum() / counts.sum())
+        scale = cap / at / counts.sum()
+        return bias + scale * np.exp(-bias / scale)
+
+    best = min(error(cap, 0.95 * epsilon) for cap in range(1, int(counts.max()) + 2))
+
+    def ratio() -> float:
+        rng = udfs.SeededRandom(5, insecure=True)
+        caps = [
+            udfs.rank_threshold(
+                ROW_CANDIDATES,
+                len(counts),
+                over,
+                math.ceil(1 / release),
+                0.15 * epsilon,
+                rng,
+                ratio=ROW_RATIO,
+            ).cap
+            for _ in range(1000)
+        ]
+        return float(np.mean([error(cap, release) for cap in caps])) / best
+
+    now = ratio()
+    monkeypatch.setattr(udfs.threshold, "RISE_PART", 4)
+    monkeypatch.setattr(udfs.threshold, "PRIOR_KNEE", Fraction(1))
+    before = ratio()
+    assert now <= 2 < before

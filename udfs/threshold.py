@@ -33,6 +33,15 @@ UNITS_SHARE = Fraction(1, 10)
 GAP = 5
 """v(h): empty size buckets (a factor 1.5^5 ≈ 7.6) above which a passing bucket is noise."""
 
+RISE_PART = 3
+"""Up to ``PRIOR_KNEE``, the rank rule's prior spends over PRIOR_SPAN steps of ×1.5 at most
+1/RISE_PART of the evidence the data give against the smallest candidate (4, a quarter,
+before docs/utility.md §16)."""
+
+PRIOR_KNEE = Fraction(3, 2)
+"""The prior (γ, nats per ×1.5) the rank rule's fast rise reaches (1 before
+docs/utility.md §16); past it γ rises at a twelfth of the evidence per PRIOR_SPAN."""
+
 PRIOR_CEILING = Fraction(5, 2)
 """The most the rank rule's prior may cost per ×1.5 of cap (γ, in nats), reached where the
 data give ample evidence: there a strong prior keeps the rule off the run of candidates
@@ -130,7 +139,8 @@ def rank_threshold(
     many large candidates, so their first term is 0, the best, and a cap c costs noise ∝ c;
     with γ > ln 1.5 their expected cost stays bounded. An early rule fixed γ = 1, which at
     small ε·n outweighed the data and chose the smallest candidate (one row per unit).
-    Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1]: the prior spent over
+    Here γ = ε_s·(n̂ − r/m)/(4·PRIOR_SPAN), clamped to [1/2, 1] (now a third, to 3/2:
+    below): the prior spent over
     PRIOR_SPAN steps of ×1.5 is at most a quarter of ε_s·(n̂ − r/m), the evidence the data
     give against the smallest candidate, unless that would leave γ ≤ 1/2 (ε·n too small
     for any rule to find the cap; then the prior only keeps the expected noise finite).
@@ -138,6 +148,13 @@ def rank_threshold(
     PRIOR_CEILING = 5/2: once the draw reaches the top of the data, the prior alone sets
     how far above it the cap lands. The slow rise keeps γ at 1 where the search barely
     sees the heavy units (ratings at ε ≤ 1, 943 users: 24 above 438 ratings, 11 above 657).
+    Since docs/utility.md §16 the first rise is faster and goes further: γ =
+    ε_s·(n̂ − r/m)/(RISE_PART·PRIOR_SPAN) with RISE_PART = 3, up to PRIOR_KNEE = 3/2 (a
+    quarter, up to 1, before), then the slow rise. At ε ≤ 0.5 the mean error was set by
+    the few draws that land 3–30× above the top of the data, where every candidate scores
+    alike and only the prior's decay per step bounds them; γ = 1/2 there let them carry
+    most of the error (flights at ε = 0.1: 2.6× the best fixed cap's, now 1.8×). The
+    blind flag keeps its quarter (below).
 
     The row caps' grid has ratio 2^¼ (``rewriter.plan.ROW_CANDIDATES``) and their answer is
     the candidate ``margin`` = MARGIN = 1 step (×1.19) above the selected one; with the
@@ -173,7 +190,7 @@ def rank_threshold(
     target = max(1, min(rank, cells_per_unit * (noisy_units // 2)))
     evidence = select_epsilon * (noisy_units - Fraction(target, cells_per_unit))
     blind = evidence / (4 * PRIOR_SPAN) < Fraction(1, 2)
-    weak = min(Fraction(1), evidence / (4 * PRIOR_SPAN))
+    weak = min(PRIOR_KNEE, evidence / (RISE_PART * PRIOR_SPAN))
     decay = min(PRIOR_CEILING, max(Fraction(1, 2), weak, evidence / (12 * PRIOR_SPAN)))
     one_sided = select_epsilon * Fraction(target, cells_per_unit) < TWO_SIDED_FROM
     sensitivity = Fraction(1, 2) if one_sided else Fraction(1)

@@ -18,11 +18,17 @@ former best over the ×1.5 grid flattered AUTO by up to 1.3× (``grid_best_vs_be
 Variants of the rank rule, each a knob the rule's docstring argues for:
 
 * ``privsql``: the shipped rule (the ×2^¼ grid ``ROW_CANDIDATES``, a one-sided score at
-  the monotone sensitivity, a prior rising to ``udfs.threshold.PRIOR_CEILING`` per ×1.5
-  of cap where the data give ample evidence, and one grid step above the selection);
+  the monotone sensitivity, a prior rising at a third of the evidence to
+  ``udfs.threshold.PRIOR_KNEE`` = 3/2 and on to ``PRIOR_CEILING`` per ×1.5 of cap where
+  the data give ample evidence, and one grid step above the selection);
+* ``former rise``: the prior's rise before docs/utility.md §16 (a quarter of the
+  evidence, up to 1): the rule of §13;
+* ``knee 5/4``, ``knee 1``: the faster rise stopping lower;
 * ``no step``: without the step up (``margin=0``);
-* ``×1.5 grid``: on the ×1.5 grid ``CANDIDATES``, one step (×1.5) up;
-* ``ceiling 3/2``: the prior's former ceiling.
+* ``share 25%``: the search gets 25% of ε and the release 70%.
+
+(§13's ``×1.5 grid`` and ``ceiling 3/2`` are ``shipped(grid=(CANDIDATES, 1.5))`` and
+``shipped(ceiling=Fraction(3, 2))``.)
 
 Run against a snapshot of an earlier privsql (``PYTHONPATH=snapshot``, ``--label before``)
 to score the rule it ships; ``--before`` adds that run's ``privsql`` column to the table.
@@ -99,39 +105,50 @@ def shipped(
     margin: int = MARGIN,
     ceiling: Fraction = PRIOR_CEILING,
     grid: tuple[tuple[int, ...], float] = (ROW_CANDIDATES, ROW_RATIO),
+    share: float = SEARCH_SHARE,
+    **prior: Fraction | int,
 ) -> Rule:
-    """The rank rule with the given step up, prior ceiling (a module constant of
-    ``udfs.threshold``, set for the call and restored: what-if only) and grid of caps with
-    its ratio."""
+    """The rank rule with the given step up, prior constants (module constants of
+    ``udfs.threshold``: the ceiling, and in ``prior`` the knee and rise of §16, set for
+    the call and restored: what-if only), grid of caps with its ratio, and share of ε
+    for the search (the release then gets 0.95 − share)."""
     candidates, ratio = grid
     spelled = {} if ratio == 1.5 else {"ratio": ratio}  # a snapshot's rule has no ratio
+    knobs = {"PRIOR_CEILING": ceiling, **{k.upper(): v for k, v in prior.items()}}
+    knobs = {k: v for k, v in knobs.items() if hasattr(threshold, k)}
 
     def rule(sizes, rank, eps, rng) -> int:
         exceedances = [int((sizes > cap).sum()) for cap in candidates]
-        shipped_ceiling, threshold.PRIOR_CEILING = threshold.PRIOR_CEILING, ceiling
+        saved = {k: getattr(threshold, k) for k in knobs}
+        for k, v in knobs.items():
+            setattr(threshold, k, v)
         try:
             return rank_threshold(
                 candidates,
                 len(sizes),
                 exceedances,
                 rank,
-                SEARCH_SHARE * eps,
+                share * eps,
                 rng,
                 1,
                 margin,
                 **spelled,
             ).cap
         finally:
-            threshold.PRIOR_CEILING = shipped_ceiling
+            for k, v in saved.items():
+                setattr(threshold, k, v)
 
+    rule.share = share
     return rule
 
 
 VARIANTS: dict[str, Rule] = {
     "privsql": shipped(),
+    "former rise": shipped(prior_knee=Fraction(1), rise_part=4),
+    "knee 5/4": shipped(prior_knee=Fraction(5, 4)),
+    "knee 1": shipped(prior_knee=Fraction(1)),
     "no step": shipped(margin=0),
-    "×1.5 grid": shipped(grid=(CANDIDATES, 1.5)),
-    "ceiling 3/2": shipped(ceiling=Fraction(3, 2)),
+    "share 25%": shipped(share=0.25),
 }
 
 
@@ -142,12 +159,14 @@ def run(con, draws: int, epsilons, seed: int, variants: dict[str, Rule]) -> pd.D
         every_cap = range(1, int(sizes.max()) + 2)  # above the largest unit only noise grows
         median_cap = max(1, round(float(np.median(sizes))))
         for eps in epsilons:
-            release = (FIXED_SHARE - SEARCH_SHARE) * eps
-            rank = math.ceil(1 / release)
-            drawn = {}
+            drawn, releases = {}, {}
             for label, rule in variants.items():
+                # the release gets what the search and the bounding check leave
+                release = (FIXED_SHARE - getattr(rule, "share", SEARCH_SHARE)) * eps
+                rank = math.ceil(1 / release)
                 rng = udfs.SeededRandom(seed, insecure=True)
                 drawn[label] = [rule(sizes, rank, eps, rng) for _ in range(draws)]
+                releases[label] = release
             for statistic in ("COUNT", "SUM"):
 
                 def error(cap: int, at: float, statistic=statistic, data=data) -> float:
@@ -157,7 +176,7 @@ def run(con, draws: int, epsilons, seed: int, variants: dict[str, Rule]) -> pd.D
                 best = min(fixed, key=fixed.get)
                 grid_best = min(error(cap, FIXED_SHARE * eps) for cap in CANDIDATES)
                 for label, caps in drawn.items():
-                    auto = float(np.mean([error(cap, release) for cap in caps]))
+                    auto = float(np.mean([error(cap, releases[label]) for cap in caps]))
                     cut = [relative_bias(statistic, sizes, sums, k) > 0.01 for k in caps]
                     rows.append(
                         dict(
