@@ -109,8 +109,9 @@ class Engine(Protocol):
 
 
 class _TryKeptWhole:
-    """Turn off the DuckDB optimisers that move an expression out of the ``TRY`` around it
-    (``rewriter.functions.DISABLED_OPTIMIZERS``) while private statements run.
+    """Turn off the DuckDB optimisers that move an expression out of the ``TRY`` around it,
+    or add a scan filter no ``TRY`` holds (``rewriter.functions.DISABLED_OPTIMIZERS``),
+    while private statements run.
 
     Common-subexpression elimination moves a subexpression that occurs twice out of the
     ``TRY``: ``TRY(CAST(s AS INT) + CAST(s AS INT))`` fails on one malformed ``s`` (DuckDB
