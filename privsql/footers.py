@@ -1,9 +1,9 @@
-"""The files a Parquet reader names, grouped by the schema their footers give.
+"""The files a Parquet reader names, grouped by the schema DuckDB reads from each.
 
-Footers are metadata: grouping reads no row. Files of one group are read together by
-``rewriter.files.conformed_read``; DuckDB could only fail to read them together if their
-footers differed, or if a file held a value DuckDB cannot decode: a glob's files are
-checked for that once (per file, while it stays the same file) and left out if they do.
+Files of one group are read together by ``rewriter.files.conformed_read``; DuckDB could
+fail to read them together if their footers or partition directories differed, or if a
+file held a value DuckDB cannot decode: each file is read alone once (while it stays the
+same file) for its columns and every value, and left out if that fails.
 """
 
 from __future__ import annotations
@@ -17,43 +17,44 @@ from sqlglot import exp
 
 from rewriter.catalog import public_type, reader_paths
 from rewriter.errors import PrivacyError
-from rewriter.files import FileGroup
+from rewriter.files import FileGroup, Schema
 
 FOOTER = (
     "SELECT file_name, list((name, type, type_length, repetition_type, num_children, "
     "converted_type, scale, precision, field_id, logical_type, duckdb_type) "
     "ORDER BY column_id) FROM parquet_schema({paths}) GROUP BY file_name"
 )
-HIVE_KEY = "="
 
 
 def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[FileGroup, ...]:
-    """The files ``reader`` (a ``read_parquet`` table) reads, grouped by footer, each group
-    with the columns DuckDB reads from it (the reader's own options: hive partitions come
-    from each file's directories, so they are part of what groups files)."""
+    """The files ``reader`` (a ``read_parquet`` table) reads, grouped by footer and by the
+    columns DuckDB reads from each alone with the reader's own options (hive partitions
+    come from each file's directories, as DuckDB parses their names: one unit's ``P=3/``
+    or ``p=3=4/`` beside ``p=1/``, grouped by a key parsed here, failed every read of
+    the glob together, red team 24)."""
     paths = [p.name for p in reader_paths(reader.this)]
     options = [a for a in reader.this.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
     if len(paths) == 1 and not glob.has_magic(paths[0]):
-        if not _decodes(con, paths[0], options):
+        schema = _checked(con, paths[0], options)
+        if schema is None:
             raise PrivacyError(
-                "the file this reader names holds values DuckDB cannot decode: the data "
-                "owner must write it again"
+                "cannot read the file this reader names, or it holds values DuckDB cannot "
+                "decode: the data owner must write it again"
             )
-        return (FileGroup((paths[0],), _described(con, paths, options)),)
+        return (FileGroup((paths[0],), schema),)
     try:
         footers, every_file = _footers(con, paths), True
     except duckdb.Error:  # some file's footer or name cannot be read: each file's alone
         footers, every_file = _readable_footers(con, paths), False
-    decoding = [(file, footer) for file, footer in footers if _decodes(con, file, options)]
-    every_file, footers = every_file and len(decoding) == len(footers), decoding
-    hive = any(a.this.name.lower() == "hive_partitioning" and a.expression.this for a in options)
-    grouped: dict[object, list[str]] = defaultdict(list)
+    grouped: dict[tuple[object, Schema], list[str]] = defaultdict(list)
     for file, footer in footers:
-        grouped[(tuple(map(tuple, footer)), _partitions(file) if hive else ())].append(file)
-    groups = [sorted(files) for files in grouped.values()]
-    return tuple(
-        FileGroup(tuple(f), _described(con, f[:1], options), every_file) for f in sorted(groups)
-    )
+        schema = _checked(con, file, options)
+        if schema is None:
+            every_file = False
+        else:
+            grouped[(tuple(map(tuple, footer)), schema)].append(file)
+    groups = sorted((sorted(files), schema) for (_, schema), files in grouped.items())
+    return tuple(FileGroup(tuple(files), schema, every_file) for files, schema in groups)
 
 
 def _footers(con: duckdb.DuckDBPyConnection, paths: list[str]) -> list[tuple]:
@@ -95,38 +96,40 @@ def _utf8(name: str) -> bool:
     return True
 
 
-_DECODES: dict[tuple[object, ...], bool] = {}
-"""Whether a file decodes, by its path, inode, size, modification and change times and
-the reader's options. The change time is the kernel's: copying with times kept (``cp -p``,
+_CHECKED: dict[tuple[object, ...], Schema | None] = {}
+"""``_checked``'s verdicts, by path, inode, size, modification and change times and the
+reader's options. The change time is the kernel's: copying with times kept (``cp -p``,
 ``rsync -t``) or rewriting bytes in place sets the modification time back, not it (a
 verdict kept across such a rewrite failed queries again, red team 23)."""
 
 
-def _decodes(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr]) -> bool:
-    """Whether DuckDB decodes every value of ``file`` (read with the reader's ``options``).
-    A valid footer over a value DuckDB cannot decode (a string that is not UTF-8, a
-    timestamp or time out of range) failed every query naming its column, whatever else
-    it did, so one unit's file decided answered or withheld (red team 22); such a file
-    holds no row anyone can read, as one without a footer, and is left out of a glob (a
-    file named alone refuses every query instead, whatever it names)."""
+def _checked(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr]) -> Schema | None:
+    """The columns DuckDB reads from ``file`` alone with the reader's ``options``, or None
+    if it cannot read them or decode every value. A valid footer over a value DuckDB
+    cannot decode (a string that is not UTF-8, a timestamp or time out of range) failed
+    every query naming its column, so one unit's file decided answered or withheld (red
+    team 22); such a file holds no row anyone can read, as one without a footer, and is
+    left out of a glob (a file named alone refuses every query instead, whatever it
+    names)."""
     read = _read([file], options)
     try:
         status = os.stat(file)
     except OSError:  # not on the local file system: checked on every read
-        return _decoded(con, read)
+        return _check(con, read)
     key = (file, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
     key += (status.st_ctime_ns, read)
-    if key not in _DECODES:
-        _DECODES[key] = _decoded(con, read)
-    return _DECODES[key]
+    if key not in _CHECKED:
+        _CHECKED[key] = _check(con, read)
+    return _CHECKED[key]
 
 
-def _decoded(con: duckdb.DuckDBPyConnection, read: str) -> bool:
+def _check(con: duckdb.DuckDBPyConnection, read: str) -> Schema | None:
     try:  # a hash of every column decodes every value
         con.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
+        rows = con.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
     except duckdb.Error:
-        return False
-    return True
+        return None
+    return tuple((name, public_type(kind)) for name, kind, *_ in rows)
 
 
 def _read(files: list[str], options: list[exp.Expr]) -> str:
@@ -134,19 +137,3 @@ def _read(files: list[str], options: list[exp.Expr]) -> str:
     listed = exp.Array(expressions=[exp.Literal.string(f) for f in files])
     read = exp.ReadParquet(expressions=[listed, *(o.copy() for o in options)])
     return read.sql(dialect="duckdb")
-
-
-def _partitions(path: str) -> tuple[str, ...]:
-    """The hive partition keys a file's directories name (``year=2013/…``)."""
-    directories = os.path.dirname(path).split(os.sep)
-    return tuple(d.split(HIVE_KEY, 1)[0].lower() for d in directories if HIVE_KEY in d)
-
-
-def _described(
-    con: duckdb.DuckDBPyConnection, files: list[str], options: list[exp.Expr]
-) -> tuple[tuple[str, str], ...]:
-    try:
-        rows = con.execute(f"DESCRIBE SELECT * FROM {_read(files, options)}").fetchall()
-    except duckdb.Error:
-        raise PrivacyError("cannot read the columns of the files this reader names") from None
-    return tuple((name, public_type(kind)) for name, kind, *_ in rows)

@@ -158,7 +158,8 @@ def test_a_corrupt_bloom_filter_decides_no_join(tmp_path):
     scan, which probed the bloom filter of every row group whose min/max admit it: one
     unit's file with a corrupt bloom filter (values, footer and statistics valid, so it
     decodes) failed exactly the joins on a value inside its range, a free search for its
-    values (red team 23). No such filter is pushed into a private scan."""
+    values (red team 23); a public side's constant carried by the join's equality into the
+    scan did the same (red team 24). No filter is pushed into a private scan."""
     folder = tmp_path / "parts"
     folder.mkdir()
     con = duckdb.connect()
@@ -183,12 +184,45 @@ def test_a_corrupt_bloom_filter_decides_no_join(tmp_path):
     db = privsql.connect(con, budget=1e6, insecure=True)
     db.protect(f"read_parquet('{folder}/*.parquet')", privacy_unit="u")
     db.public("bands")
-    for value in ("band_1", "band_41", "band_42"):
-        result = db.sql(
-            f"SELECT COUNT(*) AS n FROM read_parquet('{folder}/*.parquet') p JOIN bands q "
-            f"ON p.s = q.name WHERE q.name = '{value}' PRIVACY_UNIT u EPSILON 1000"
+    files = f"read_parquet('{folder}/*.parquet')"
+    forms = [  # the join filter (round 23), and a constant carried by the join's equality
+        "SELECT COUNT(*) AS n FROM {files} p JOIN bands q ON p.s = q.name "
+        "WHERE q.name = '{value}'",
+        "SELECT COUNT(*) AS n FROM {files} p "
+        "JOIN (SELECT name FROM bands WHERE name = '{value}') q ON p.s = q.name",
+        "WITH q AS (SELECT name FROM bands WHERE name = '{value}') "
+        "SELECT COUNT(*) AS n FROM {files} p JOIN q ON p.s = q.name",
+    ]
+    for form in forms:
+        for value in ("band_1", "band_41", "band_42"):
+            query = form.format(files=files, value=value) + " PRIVACY_UNIT u EPSILON 1000"
+            assert db.sql(query).columns == ["n"]
+
+
+@pytest.mark.parametrize("directory", ["P=3", "p=3=4", "p=3"])
+def test_a_units_partition_directory_leaves_a_hive_glob_running(tmp_path, directory):
+    """A file under ``P=3/`` or ``p=3=4/`` beside ``p=1/`` and ``p=2/``, grouped with them
+    by a key parsed here, made DuckDB refuse every read of the group (a hive partition
+    mismatch), so one unit's directory refused every query (red team 24). Files are
+    grouped by the columns DuckDB itself reads from each."""
+    con = duckdb.connect()
+
+    def part(name: str, prefix: str, rows: int) -> None:
+        (tmp_path / name).mkdir()
+        con.execute(
+            f"COPY (SELECT '{prefix}' || (i % 10) AS u, i AS x FROM range({rows}) r(i)) "
+            f"TO '{tmp_path / name / 'f.parquet'}'"
         )
-        assert result.columns == ["n"]
+
+    part("p=1", "a", 100)
+    part("p=2", "b", 100)
+    reader = f"read_parquet('{tmp_path}/*/*.parquet', hive_partitioning = true)"
+    db = privsql.connect(con, budget=1e6, insecure=True)
+    db.protect(reader, privacy_unit="u")
+    part(directory, "w", 1)
+    for where in ("", "WHERE p = '1' "):
+        query = f"SELECT COUNT(*) AS n FROM {reader} {where}PRIVACY_UNIT u EPSILON 100000"
+        assert db.sql(query).columns == ["n"]
 
 
 def test_a_single_file_that_does_not_decode_refuses_every_query_alike(tmp_path):

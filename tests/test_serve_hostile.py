@@ -185,6 +185,22 @@ def test_a_silent_client_is_dropped_after_the_start_up_deadline(server, monkeypa
     client.close()
 
 
+def test_a_client_trickling_its_start_up_is_dropped_at_the_deadline(server, monkeypatch):
+    """The deadline is for the whole exchange, not for each read: a byte every 0.3 s kept
+    a connection for hours, and 256 such kept every analyst out (red team 24)."""
+    monkeypatch.setattr(wire, "STARTUP_TIMEOUT", 1.0)
+    client = RawClient(server.host, server.port)
+    body = struct.pack("!I", 196608) + b"user\x00" + b"a" * 200 + b"\x00\x00"
+    packet = struct.pack("!I", len(body) + 4) + body
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        for byte in packet:  # 0.3 s apart: each read is well within the deadline
+            client.sock.sendall(bytes([byte]))
+            time.sleep(0.3)
+    assert time.monotonic() - started < 5
+    client.close()
+
+
 @pytest.mark.parametrize(
     "sql",
     [

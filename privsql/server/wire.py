@@ -18,6 +18,7 @@ replaces what a server facing untrusted clients must do differently:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import socket
@@ -82,12 +83,20 @@ class Handler(BuenaVistaHandler):
         if not self.server.admit(self.request):
             self._error(sqlstate.TOO_MANY_CONNECTIONS, "too many clients already")
             return
+        # The timeout bounds each read; the deadline the whole exchange: a client sending a
+        # byte every few seconds held its connection for hours, and 256 such held every
+        # analyst out (red team 24).
+        deadline = threading.Timer(STARTUP_TIMEOUT, self._expire)
+        deadline.start()
         try:
             params = self._startup()
             if params is None:
                 return
             analyst = params.get("user", "")
             self._authenticate(analyst)
+            if not deadline.is_alive():
+                return  # expired while authenticating: the socket is shut
+            deadline.cancel()
             session = self.server.backend.open(analyst)
             ctx = BVContext(session, None, params)
             ctx.authenticated = True
@@ -105,9 +114,15 @@ class Handler(BuenaVistaHandler):
         except Exception:
             log.exception("a client connection failed")
         finally:
+            deadline.cancel()
             if ctx is not None:
                 ctx.session.close()
             self.server.leave(self.request)
+
+    def _expire(self) -> None:
+        """End a connection whose start-up and authentication outlived STARTUP_TIMEOUT."""
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_RDWR)
 
     # -- start-up and authentication --------------------------------------------------------
 
