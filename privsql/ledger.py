@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -50,6 +51,7 @@ import pyarrow as pa
 from rewriter.catalog import Protection
 from rewriter.errors import InvalidOption, PrivacyError
 
+T = TypeVar("T")
 SCHEMA = "__privsql"
 TABLES = ("budget", "history", "answers", "sources")
 """The tables every ledger has; ``analysts`` (and the ``analyst`` columns of ``history`` and
@@ -127,6 +129,20 @@ class StoredAnswer:
     query: str
     data: str
     table: pa.Table
+
+
+@dataclass
+class _StoredKeys:
+    """The questions (``StoredAnswer.query``) of every stored answer a ledger may return,
+    complete as of the history's length ``entries``.
+
+    A stored answer is only ever added by a charge, in its transaction, and every charge
+    lengthens the history (the budget row's ``entries``, under its MAC); none is ever
+    removed. So while ``entries`` is what the budget row says, a question not in ``keys``
+    has no stored answer, and ``Ledger.answer`` needs no statement to say so."""
+
+    entries: int
+    keys: set[str]
 
 
 @dataclass(frozen=True)
@@ -234,6 +250,7 @@ class Ledger:
         self._secret: int | None = None
         self._analyst = analyst
         self._share_answers = share_answers
+        self._stored: _StoredKeys | None = None
         with self._lock, _CREATING:
             path = database_path(connection)
             self._key_file = None if path is None else path.with_name(path.name + KEY_SUFFIX)
@@ -259,6 +276,7 @@ class Ledger:
                 self._check_tail(state)
                 self._sources(state)
                 self._history()
+                self._stored = _StoredKeys(state.entries, self._stored_questions())
             if budget is not None and _checked_budget(budget) != state.total:
                 raise PrivacyError(
                     f"this database's budget is fixed at ε = {state.total:g}; it cannot be changed"
@@ -676,10 +694,13 @@ class Ledger:
         retry reads the row anew.
         """
         first = iter([known])  # the first try only
-        self._write(lambda: self._charge_once(label, epsilon, delta, answer, next(first, None)))
+        replaced = self._write(
+            lambda: self._charge_once(label, epsilon, delta, answer, next(first, None))
+        )
+        self._stored_after(replaced, answer)
 
-    def _write(self, change: Callable[[], None]) -> None:
-        """Run ``change`` in one transaction, retrying write-write conflicts with other
+    def _write(self, change: Callable[[], T]) -> T:
+        """``change()``, run in one transaction, retrying write-write conflicts with other
         sessions (with jittered backoff) for up to BUSY_TIMEOUT; a retry starts afresh
         from the budget row as then committed."""
         deadline = time.monotonic() + BUSY_TIMEOUT
@@ -687,8 +708,8 @@ class Ledger:
         while True:
             try:
                 with self._writing, self._snapshot():
-                    change()
-                return
+                    done = change()
+                return done
             except duckdb.TransactionException:
                 if time.monotonic() >= deadline:
                     raise LedgerBusy("the ledger is busy; nothing was changed, try again") from None
@@ -702,8 +723,9 @@ class Ledger:
         delta: float,
         answer: StoredAnswer | None,
         known: LedgerState | None,
-    ) -> None:
-        """One try of ``charge`` in the caller's transaction. Without ``known`` it reads and
+    ) -> int:
+        """One try of ``charge`` in the caller's transaction; the history's length before
+        it (the replaced budget row's ``entries``). Without ``known`` it reads and
         checks the budget row and the history's tail first. With it, the checks on the
         row are made on ``known`` (whose MAC ``read`` checked), and those reading other
         rows (the history's tail, the analyst's row) right after the compare-and-set has
@@ -758,6 +780,7 @@ class Ledger:
                     self._analyst,
                 ],
             )
+        return state.entries
 
     def _spend_analyst(self, mine: tuple[Analyst, str, str], epsilon: float, delta: float) -> None:
         """Spend ε and δ from the analyst's row ``mine`` (checked by ``_affordable_for``), in
@@ -841,8 +864,44 @@ class Ledger:
                 ).fetchall()
             )
 
-    def answer(self, query: str, data: str) -> pa.Table | None:
-        """The stored answer of ``query`` on ``data``, if its MAC holds."""
+    def _stored_questions(self) -> set[str]:
+        """The questions of the stored answers this ledger may return (``_StoredKeys``)."""
+        whose, parameters = self._whose_answers()
+        rows = self._con.execute(
+            f"SELECT DISTINCT query FROM {SCHEMA}.answers WHERE {whose}", parameters
+        ).fetchall()
+        return {query for (query,) in rows}
+
+    def _stored_after(self, replaced: int, answer: StoredAnswer | None) -> None:
+        """Keep ``_stored`` complete after a charge that replaced the budget row of a
+        history ``replaced`` entries long; if anyone else charged since it was complete,
+        their answers are unknown here: it is dropped (every lookup then reads the table)."""
+        with self._lock:
+            stored = self._stored
+            if stored is None:
+                return
+            if stored.entries != replaced:
+                self._stored = None
+                return
+            stored.entries = replaced + 1
+            if answer is not None:
+                stored.keys.add(answer.query)
+
+    def _none_stored(self, query: str, known: LedgerState) -> bool:
+        """Whether ``query`` certainly has no stored answer in the ledger state ``known``
+        (``_StoredKeys``: a question this ledger has not seen stored, and nobody charged
+        since it last looked)."""
+        with self._lock:
+            stored = self._stored
+            if stored is not None and stored.entries != known.entries:
+                self._stored = stored = None  # another session charged: no longer complete
+            return stored is not None and query not in stored.keys
+
+    def answer(self, query: str, data: str, known: LedgerState | None = None) -> pa.Table | None:
+        """The stored answer of ``query`` on ``data``, if its MAC holds. ``known`` (from
+        ``read``) lets a question never stored be told without reading the table."""
+        if known is not None and self._none_stored(query, known):
+            return None
         whose, parameters = self._whose_answers()
         with self._lock:
             rows = self._con.execute(

@@ -498,7 +498,7 @@ class Session:
                     secret,
                 )
             )
-            stored = self._ledger.answer(key, data)
+            stored = self._ledger.answer(key, data, known=state)
             if stored is not None:
                 decided = Decided.from_json(stored.schema.metadata[DECIDED_KEY])
                 decided = _respelt(analysis, decided, stored=False)

@@ -149,3 +149,55 @@ def test_aggregates_that_print_alike_keep_their_own_estimated_bounds() -> None:
     again = db.sql(sql)
     assert again.cached and again.fetchall() == first.fetchall()
     assert again.accuracy().to_pylist() == first.accuracy().to_pylist()
+
+
+SMALL = "SELECT COUNT(*) AS n FROM t PRIVACY_UNIT u BOUND ROWS 1 EPSILON {}"
+
+
+def _small_sessions(count: int) -> list[privsql.Session]:
+    """``count`` sessions on one in-memory database, so on one ledger, over ``t``."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS u FROM range(40) r(i)")
+    sessions = [privsql.connect(con, budget=10, seed=i, insecure=True) for i in range(count)]
+    sessions[0].protect("t", privacy_unit="u")
+    return sessions
+
+
+class _Statements:
+    """A ledger's cursor that records the statements run through it."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        self._cursor = cursor
+        self.run: list[str] = []
+
+    def execute(self, statement: str, *args: object) -> duckdb.DuckDBPyConnection:
+        self.run.append(statement)
+        return self._cursor.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cursor, name)
+
+
+def test_a_question_never_stored_is_told_without_reading_the_answers() -> None:
+    """The ledger knows which questions it stored answers for (``_StoredKeys``): a new
+    question costs no lookup, a question asked before still finds its answer."""
+    (db,) = _small_sessions(1)
+    statements = _Statements(db._ledger._con)
+    db._ledger._con = statements
+    db.sql(SMALL.format(0.5))
+    assert not [s for s in statements.run if "FROM __privsql.answers" in s]
+    assert db.sql(SMALL.format(0.5)).cached
+    assert [s for s in statements.run if "FROM __privsql.answers" in s]
+
+
+def test_answers_another_session_stored_are_found_after_it_charged() -> None:
+    """Another session's charge makes what a ledger knew of the stored answers incomplete:
+    from then on it reads the table, and finds the answers stored by either session."""
+    first, second = _small_sessions(2)
+    assert not first.sql(SMALL.format(0.5)).cached
+    assert not second.sql(SMALL.format(0.25)).cached  # stored after first's ledger looked
+    again = first.sql(SMALL.format(0.25))
+    assert again.cached and again.epsilon == 0
+    assert first.sql(SMALL.format(0.5)).cached
+    assert second.sql(SMALL.format(0.5)).cached
+    assert first.budget.spent == pytest.approx(0.75)
