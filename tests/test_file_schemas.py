@@ -269,6 +269,59 @@ def test_a_rewrite_keeping_size_and_modification_time_is_decoded_again(files):
     assert result.fetchall()[0][0] == pytest.approx(before[0] - 1, abs=0.01)
 
 
+CORRUPT_PAGE = (
+    "SELECT i % 10 AS u, 'n' || (i % 5) AS s, i::DOUBLE / 3 AS x, {'a': i, 'b': 'q' || i} "
+    "AS st, [i, i + 1] AS l, TIMESTAMP '2020-01-01' + to_seconds(i) AS ts, (i % 3 = 0) AS b, "
+    "i::DECIMAL(18, 3) AS d FROM range(300) r(i)"
+)
+"""The file red team 25 found by flipping bytes: DuckDB 2.0.0 writes it byte for byte the
+same, and byte 11 166 (in the LIST column's data page) changed from 148 to 151 makes its
+reader fail with an INTERNAL error."""
+
+
+def test_a_file_that_invalidates_a_database_is_read_apart(tmp_path):
+    """An INTERNAL error invalidates the database it happens in: one unit's file with one
+    corrupt byte, checked on the session's database, stopped every later statement of every
+    session, the ledger's too, and the error named a value decoded from it (red team 25).
+    Files are read for their checks in a database of their own; this one is left out."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    con = duckdb.connect()
+    for unit in range(10):
+        write(folder / f"u{unit:02d}.parquet", GOOD.format(unit=unit))
+    victim = tmp_path / "victim.parquet"
+    con.execute(f"COPY ({CORRUPT_PAGE}) TO '{victim}' (ROW_GROUP_SIZE 100)")
+    data = bytearray(victim.read_bytes())
+    assert (len(data), data[11166]) == (11792, 148)  # the same file as the red team's
+    data[11166] = 151
+    victim.write_bytes(bytes(data))
+    with pytest.raises(duckdb.Error, match="INTERNAL"):  # what it does to a database
+        duckdb.connect().execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM '{victim}'").fetchall()
+    con.execute("CREATE TABLE other AS SELECT i % 50 AS pid FROM range(1000) r(i)")
+    db = privsql.connect(con, budget=1e6, insecure=True)
+    db.protect(f"read_parquet('{folder}/*.parquet')", privacy_unit="u")
+    db.protect("other", privacy_unit="pid")
+    victim.rename(folder / "victim.parquet")  # the unit's file arrives after protect()
+    without_victim = answer(db, folder)
+    assert without_victim[0] == ["n", "total"]
+    assert db.sql("SELECT COUNT(*) AS n FROM other PRIVACY_UNIT pid EPSILON 1").columns == ["n"]
+    assert db.budget.remaining > 0
+
+
+@pytest.mark.parametrize("name", ["*.parquet", "m0[0-4].parquet", "m?0.parquet"])
+def test_a_file_named_like_a_pattern_reads_no_other_file(files, name):
+    """A file is read by its name, which DuckDB takes for a pattern again: one unit's file
+    named ``*.parquet`` read every other unit's file a second time (red team 25)."""
+    db = declared(files)
+    (files / "zz.parquet").write_bytes(NOT_PARQUET["garbage"])  # the rest read by name
+    query = QUERY.format(glob=f"{files}/*.parquet").replace("ROWS 1", "ROWS 100")
+    without = db.sql(query).fetchall()[0]
+    write(files / name, GOOD.format(unit=900))
+    count, total = db.sql(query).fetchall()[0]
+    # a unit of 6 rows of x in [0, 6]: the answers move by at most its 6 rows
+    assert abs(count - without[0]) <= 6.01 and abs(total - without[1]) <= 36.01
+
+
 @pytest.mark.parametrize("restricted", [False, True], ids=["owner", "declared files only"])
 def test_a_file_whose_name_is_not_utf8_leaves_a_declared_glob_running(files, restricted):
     """DuckDB's glob fails on such a name, which failed every query over the glob with a
