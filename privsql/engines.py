@@ -209,7 +209,7 @@ class DuckDBEngine:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
     def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
-        return footer_groups(reader)
+        return footer_groups(self._con, reader)
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         # A table's definition lists its columns and their types: a renamed, added or

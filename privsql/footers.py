@@ -8,6 +8,7 @@ same file) for its columns and every value, and left out if that fails.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from collections import defaultdict
@@ -26,82 +27,67 @@ FOOTER = (
 )
 
 
-def footer_groups(reader: exp.Table) -> tuple[FileGroup, ...]:
+def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[FileGroup, ...]:
     """The files ``reader`` (a ``read_parquet`` table) reads, grouped by footer and by the
     columns DuckDB reads from each alone with the reader's own options (hive partitions
     come from each file's directories, as DuckDB parses their names: one unit's ``P=3/``
     or ``p=3=4/`` beside ``p=1/``, grouped by a key parsed here, failed every read of
-    the glob together, red team 24). A file is read by its name, which DuckDB takes for a
-    pattern again: one unit's file named ``*.parquet`` (or in a directory ``p=*``) read
-    every other unit's file twice (red team 25), so a name with a pattern's characters is
-    left out."""
+    the glob together, red team 24). ``con`` (the session's) only names the files, as
+    its settings resolve them (``file_search_path``); they are read apart (``_apart``).
+
+    A file is read by its name, which DuckDB takes for a pattern again: one unit's file
+    named ``*.parquet`` (or in a directory ``p=*``) read every other unit's file twice
+    (red team 25), so a name with a pattern's characters is left out."""
     paths = [p.name for p in reader_paths(reader.this)]
     options = [a for a in reader.this.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
     if len(paths) == 1 and not glob.has_magic(paths[0]):
-        schema = _checked(paths[0], options)
-        if schema is None:
+        found, _ = _listed(con, paths)
+        checked = _checked(con, found[0], options) if len(found) == 1 else None
+        if checked is None:
             raise PrivacyError(
                 "cannot read the file this reader names, or it holds values DuckDB cannot "
                 "decode: the data owner must write it again"
             )
-        return (FileGroup((paths[0],), schema),)
-    try:
-        with _apart() as con:
-            footers, every_file = _footers(con, paths), True
-    except duckdb.Error:  # some file's footer or name cannot be read: each file's alone
-        footers, every_file = _readable_footers(paths), False
-    grouped: dict[tuple[object, Schema], list[str]] = defaultdict(list)
-    for file, footer in footers:
-        schema = None if glob.has_magic(file) else _checked(file, options)
-        if schema is None:
-            every_file = False
-        else:
-            grouped[(tuple(map(tuple, footer)), schema)].append(file)
+        return (FileGroup((paths[0],), checked[1]),)
+    listed, whole = _listed(con, paths)
+    grouped: dict[Checked, list[str]] = defaultdict(list)
+    for file in listed:
+        checked = None if glob.has_magic(file) else _checked(con, file, options)
+        if checked is not None:
+            grouped[checked].append(file)
+    every_file = whole and sum(map(len, grouped.values())) == len(listed)
     groups = sorted((sorted(files), schema) for (_, schema), files in grouped.items())
     return tuple(FileGroup(tuple(files), schema, every_file) for files, schema in groups)
 
 
-def _footers(con: duckdb.DuckDBPyConnection, paths: list[str]) -> list[tuple]:
-    listed = exp.Array(expressions=[exp.Literal.string(p) for p in paths]).sql(dialect="duckdb")
-    return con.execute(FOOTER.format(paths=listed)).fetchall()
-
-
-def _readable_footers(paths: list[str]) -> list[tuple]:
-    """The footers of the files ``paths`` name that have one. A file that is not Parquet
-    (truncated, empty, another format) holds no rows anyone can read; one unit's such file
-    refused every query over the glob before (red team 15), so it is left out."""
-    footers = []
-    for file in _listed(paths):
-        if glob.has_magic(file):  # named, it would be expanded again (footer_groups)
-            continue
-        try:
-            with _apart() as con:
-                footers += _footers(con, [file])
-        except duckdb.Error:
-            continue
-    return footers
-
-
-def _listed(paths: list[str]) -> list[str]:
-    """The files ``paths`` name that DuckDB can name back. DuckDB's ``glob`` fails on a
-    file name that is not UTF-8 (one unit's such file failed every query over the glob,
-    red team 22); the file system's listing is then read, without such names."""
-    files = []
+def _listed(con: duckdb.DuckDBPyConnection, paths: list[str]) -> tuple[list[str], bool]:
+    """The files ``paths`` name, by the names DuckDB resolves them to (no file is opened),
+    and whether DuckDB could name them all. Its ``glob`` fails on a file name that is not
+    UTF-8 (one unit's such file failed every query over the glob, red team 22); the file
+    system's listing is then read, without such names."""
+    files, whole = [], True
     for path in paths:
         try:
-            with _apart() as con:
-                files += [f for (f,) in con.execute("SELECT file FROM glob(?)", [path]).fetchall()]
+            files += [f for (f,) in con.execute("SELECT file FROM glob(?)", [path]).fetchall()]
         except duckdb.Error:
             files += sorted(f for f in glob.glob(path, recursive=True) if _utf8(f))
-    return files
+            whole = False
+    return files, whole
 
 
-def _apart() -> duckdb.DuckDBPyConnection:
-    """An empty in-memory database of its own, where a file is read for its footer, its
-    columns and its values: one corrupt page made DuckDB fail with an INTERNAL error, which
+def _apart(con: duckdb.DuckDBPyConnection, file: str) -> contextlib.AbstractContextManager:
+    """Where ``file`` is read for its footer, its columns and its values: an empty in-memory
+    database of its own. One corrupt page made DuckDB fail with an INTERNAL error, which
     invalidates the database it ran in, so one unit's file stopped every later statement
-    of every session, the ledger's too, when it was read on the session's (red team 25)."""
+    of every session, the ledger's too, when it was read on the session's (red team 25).
+    A remote file is read on the session's, whose secrets and extensions reach it."""
+    if REMOTE in file:
+        return contextlib.nullcontext(con)
     return duckdb.connect()
+
+
+REMOTE = "://"
+"""What a remote file's name holds (``s3://``, ``https://``)."""
 
 
 def _utf8(name: str) -> bool:
@@ -112,41 +98,48 @@ def _utf8(name: str) -> bool:
     return True
 
 
-_CHECKED: dict[tuple[object, ...], Schema | None] = {}
+Checked = tuple[tuple[object, ...], Schema]
+"""A file's footer (``parquet_schema``'s rows) and the columns DuckDB reads from it alone."""
+
+_CHECKED: dict[tuple[object, ...], Checked | None] = {}
 """``_checked``'s verdicts, by path, inode, size, modification and change times and the
 reader's options. The change time is the kernel's: copying with times kept (``cp -p``,
 ``rsync -t``) or rewriting bytes in place sets the modification time back, not it (a
 verdict kept across such a rewrite failed queries again, red team 23)."""
 
 
-def _checked(file: str, options: list[exp.Expr]) -> Schema | None:
-    """The columns DuckDB reads from ``file`` alone with the reader's ``options``, or None
-    if it cannot read them or decode every value. A valid footer over a value DuckDB
-    cannot decode (a string that is not UTF-8, a timestamp or time out of range) failed
-    every query naming its column, so one unit's file decided answered or withheld (red
-    team 22); such a file holds no row anyone can read, as one without a footer, and is
-    left out of a glob (a file named alone refuses every query instead, whatever it
-    names)."""
+def _checked(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr]) -> Checked | None:
+    """``file``'s footer and the columns DuckDB reads from it alone with the reader's
+    ``options``, or None if it cannot read them or decode every value. A file that is not
+    Parquet (truncated, empty, another format) holds no rows anyone can read: one unit's
+    such file refused every query over the glob (red team 15). A valid footer over a value
+    DuckDB cannot decode (a string that is not UTF-8, a timestamp or time out of range)
+    failed every query naming its column, so one unit's file decided answered or withheld
+    (red team 22). Such files are left out of a glob (a file named alone refuses every
+    query instead, whatever it names)."""
     read = _read([file], options)
     try:
         status = os.stat(file)
     except OSError:  # not on the local file system: checked on every read
-        return _check(read)
+        return _check(con, file, read)
     key = (file, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
     key += (status.st_ctime_ns, read)
     if key not in _CHECKED:
-        _CHECKED[key] = _check(read)
+        _CHECKED[key] = _check(con, file, read)
     return _CHECKED[key]
 
 
-def _check(read: str) -> Schema | None:
+def _check(con: duckdb.DuckDBPyConnection, file: str, read: str) -> Checked | None:
+    listed = exp.Array(expressions=[exp.Literal.string(file)]).sql(dialect="duckdb")
     try:
-        with _apart() as con:  # a hash of every column decodes every value
-            con.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
-            rows = con.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
+        with _apart(con, file) as reading:  # a hash of every column decodes every value
+            footer = reading.execute(FOOTER.format(paths=listed)).fetchall()
+            reading.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
+            rows = reading.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
     except duckdb.Error:
         return None
-    return tuple((name, public_type(kind)) for name, kind, *_ in rows)
+    schema = tuple((name, public_type(kind)) for name, kind, *_ in rows)
+    return tuple(map(tuple, footer[0][1])), schema
 
 
 def _read(files: list[str], options: list[exp.Expr]) -> str:
