@@ -629,6 +629,29 @@ def test_a_format_duckdb_prints_past_its_text_is_never_used(sql: str) -> None:
     assert first == second and ("is not allowed" in first or "constant format" in first)
 
 
+DEEP = "[" * 50_000 + "]" * 50_000
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT CAST(CAST('{DEEP}' AS JSON) AS VARIANT) IS NULL AS x",
+        f"SELECT TRY_CAST('{DEEP}'::JSON AS VARCHAR) AS x",
+        "SELECT COUNT(*) AS n FROM ratings WHERE CAST(CAST(rating AS VARCHAR) AS JSON) "
+        "IS NOT NULL PRIVACY_UNIT user_id",
+        "SELECT CAST('POINT(0 0)' AS GEOMETRY) AS g",
+        "SELECT [CAST(1 AS BIGNUM)] AS b",
+    ],
+)
+def test_types_duckdb_cannot_convert_safely_are_never_named(sql: str) -> None:
+    """A free public query cast 50 000 nested brackets to JSON and then VARIANT, which
+    DuckDB 2.0.0 converts recursively without a depth limit: the stack overflowed and the
+    process died, every session and the server with it (red team 27). Queries name only
+    the types of ``functions.PUBLIC_CAST_TYPES`` (casts over private data, fewer)."""
+    first, second = _outcomes(sql)
+    assert first == second and "is not allowed" in first
+
+
 def test_a_public_part_runs_nothing_before_its_functions_are_checked() -> None:
     """The fan-out limit counts a public derived table's rows by running it: with
     json_serialize_plan in its WHERE the count (and so the refusal) followed whether a
