@@ -142,8 +142,25 @@ def parse(sql: str) -> exp.Query:
     if not isinstance(statement, exp.Query):
         kind = statement.key.upper() if not isinstance(statement, exp.Command) else statement.name
         raise unparsed(sql, None, kind)
+    _refuse_deep(statement)
     _refuse_unreadable(statement)
     return statement
+
+
+MAX_DEPTH = 500
+"""The deepest tree a query may parse to. sqlglot parses a flat chain (``a + a + … + a``,
+``p OR p OR …``) without recursion but its scope analysis walks each column up the whole
+chain: 20 000 terms (60 kB, a free query refused at the end) held a CPU for 130 s
+(red team 28); at this depth it takes milliseconds."""
+
+
+def _refuse_deep(statement: exp.Query) -> None:
+    stack = [(statement, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise UnsupportedQuery("the query is nested too deeply")
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 PLAIN_WORDS = re.compile(r"\w+(?:\.\w+){0,2}")

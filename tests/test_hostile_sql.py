@@ -8,6 +8,7 @@ message quotes data.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import duckdb
@@ -641,6 +642,8 @@ DEEP = "[" * 50_000 + "]" * 50_000
         "IS NOT NULL PRIVACY_UNIT user_id",
         "SELECT CAST('POINT(0 0)' AS GEOMETRY) AS g",
         "SELECT [CAST(1 AS BIGNUM)] AS b",
+        # red team 28: an internal error no TRY holds, printed with DuckDB's stack trace
+        "SELECT TRY(CAST(TIMESTAMP_MS '294247-01-10 04:00:54.775' AS TIMESTAMP_S)) AS x",
     ],
 )
 def test_types_duckdb_cannot_convert_safely_are_never_named(sql: str) -> None:
@@ -650,6 +653,24 @@ def test_types_duckdb_cannot_convert_safely_are_never_named(sql: str) -> None:
     the types of ``functions.PUBLIC_CAST_TYPES`` (casts over private data, fewer)."""
     first, second = _outcomes(sql)
     assert first == second and "is not allowed" in first
+
+
+def test_a_flat_chain_deeper_than_the_limit_is_refused_before_analysis(monkeypatch) -> None:
+    """sqlglot's scope analysis walks each column up a flat chain: 20 000 terms held a CPU
+    for 130 s before the query was refused, free (red team 28). Trees deeper than
+    ``analyze.MAX_DEPTH`` are refused as they are parsed, before any analysis; 400 terms
+    still answer."""
+    analyze_module = importlib.import_module("rewriter.analyze")
+    assert _outcomes("SELECT " + " + ".join(["1"] * 400) + " AS x") == ["answered"] * 2
+
+    def unreached(*args: object) -> None:
+        raise AssertionError("scope analysis ran on a query deeper than MAX_DEPTH")
+
+    monkeypatch.setattr(analyze_module, "resolve", unreached)
+    chain = " + ".join(["rating"] * 20_000)
+    sql = f"SELECT SUM({chain} CLAMPED BETWEEN 0 AND 1) FROM ratings PRIVACY_UNIT user_id"
+    first, second = _outcomes(sql)
+    assert first == second and "nested too deeply" in first
 
 
 def test_a_public_part_runs_nothing_before_its_functions_are_checked() -> None:
