@@ -297,7 +297,8 @@ def refuse_unsafe_public(
         else:
             resolved.add(id(table.this))  # range(...): its arguments are checked here
     for kind in query.find_all(exp.DataType):
-        if kind.this not in PUBLIC_CAST_TYPES:
+        # a type the database defines is refused, one it does not told as unknown (analyze)
+        if kind.this not in PUBLIC_CAST_TYPES and kind.this != exp.DType.USERDEFINED:
             raise UnsupportedQuery(
                 f"the type {kind.this.value} is not allowed in privsql queries"
             )
