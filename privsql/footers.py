@@ -21,10 +21,11 @@ from rewriter.errors import PrivacyError
 from rewriter.files import FileGroup, Schema
 
 FOOTER = (
-    "SELECT file_name, list((name, type, type_length, repetition_type, num_children, "
-    "converted_type, scale, precision, field_id, logical_type, duckdb_type) "
-    "ORDER BY column_id) FROM parquet_schema({paths}) GROUP BY file_name"
+    "SELECT name, type, type_length, repetition_type, num_children, converted_type, scale, "
+    "precision, field_id, logical_type, duckdb_type FROM parquet_schema({path}) "
+    "ORDER BY column_id"
 )
+"""A file's footer: its schema elements, in order."""
 
 
 def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[FileGroup, ...]:
@@ -117,7 +118,7 @@ def _checked(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr])
     failed every query naming its column, so one unit's file decided answered or withheld
     (red team 22). Such files are left out of a glob (a file named alone refuses every
     query instead, whatever it names)."""
-    read = _read([file], options)
+    read = _read(file, options)
     try:
         status = os.stat(file)
     except OSError:  # not on the local file system: checked on every read
@@ -130,20 +131,22 @@ def _checked(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr])
 
 
 def _check(con: duckdb.DuckDBPyConnection, file: str, read: str) -> Checked | None:
-    listed = exp.Array(expressions=[exp.Literal.string(file)]).sql(dialect="duckdb")
     try:
         with _apart(con, file) as reading:  # a hash of every column decodes every value
-            footer = reading.execute(FOOTER.format(paths=listed)).fetchall()
+            footer = reading.execute(FOOTER.format(path=_quoted(file))).fetchall()
             reading.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
             rows = reading.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
     except duckdb.Error:
         return None
     schema = tuple((name, public_type(kind)) for name, kind, *_ in rows)
-    return tuple(map(tuple, footer[0][1])), schema
+    return tuple(footer), schema
 
 
-def _read(files: list[str], options: list[exp.Expr]) -> str:
-    """A ``read_parquet`` of ``files`` with the reader's ``options``, as DuckDB SQL."""
-    listed = exp.Array(expressions=[exp.Literal.string(f) for f in files])
-    read = exp.ReadParquet(expressions=[listed, *(o.copy() for o in options)])
+def _read(file: str, options: list[exp.Expr]) -> str:
+    """A ``read_parquet`` of ``file`` with the reader's ``options``, as DuckDB SQL."""
+    read = exp.ReadParquet(expressions=[exp.Literal.string(file), *(o.copy() for o in options)])
     return read.sql(dialect="duckdb")
+
+
+def _quoted(file: str) -> str:
+    return exp.Literal.string(file).sql(dialect="duckdb")

@@ -151,7 +151,7 @@ MAX_DEPTH = 500
 """The deepest tree a query may parse to. sqlglot parses a flat chain (``a + a + … + a``,
 ``p OR p OR …``) without recursion but its scope analysis walks each column up the whole
 chain: 20 000 terms (60 kB, a free query refused at the end) held a CPU for 130 s
-(red team 28); at this depth it takes milliseconds."""
+(red team 28); 400 terms are answered in 0.7 s."""
 
 
 def _refuse_deep(statement: exp.Query) -> None:

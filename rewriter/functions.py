@@ -169,13 +169,14 @@ PUBLIC_CAST_TYPES: frozenset[exp.DataType.Type] = ALLOWED_CAST_TYPES | frozenset
         exp.DataType.Type.MAP, exp.DataType.Type.NULL,
     }
 )  # fmt: skip
-"""Types a query over public data may name (in a cast, and within nested types). Not JSON
-or VARIANT: DuckDB 2.0.0 converts a JSON text to VARIANT recursively without a depth
-limit, and a free public query of 50 000 nested brackets overflowed the stack and killed
-the process, every session and the server with it (red team 27); not the other types
-DuckDB adds (GEOMETRY, BIT, BIGNUM, UNION) nor a type the database defines, which may
-stand for any of them; nor TIMESTAMP_S/_MS/_NS or TIME_NS, whose casts at the range's ends
-raise internal errors no ``TRY`` holds (red team 28)."""
+"""Types a query may name (in a cast, and within nested types; casts over private data are
+held to ``ALLOWED_CAST_TYPES`` besides). Not JSON or VARIANT: DuckDB 2.0.0 converts a JSON
+text to VARIANT recursively without a depth limit, and a free public query of 50 000 nested
+brackets overflowed the stack and killed the process, every session and the server with it
+(red team 27); not the other types DuckDB adds (GEOMETRY, BIT, BIGNUM, UNION); nor
+TIMESTAMP_S/_MS/_NS or TIME_NS, whose casts at the range's ends raise internal errors no
+``TRY`` holds (red team 28). A type the database defines is refused by the analyser when
+it exists, and told as unknown when it does not."""
 
 LEAVES: tuple[type[exp.Expr], ...] = (
     exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Identifier, exp.Star,
