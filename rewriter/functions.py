@@ -252,10 +252,36 @@ PUBLIC_FUNCTIONS: frozenset[str] = frozenset(
 each computes from its arguments alone (a memory-hungry one costs only the analyst's own
 public query)."""
 
-PUBLIC_NODES: tuple[type[exp.Expr], ...] = (exp.Array, exp.Struct, exp.Unnest, exp.Columns)
-"""Constructors a query over public data may write besides ``ALLOWED_NODES`` (``[1, 2]``,
-``{'a': 1}``, ``unnest``, ``COLUMNS(...)``; what they hold is checked in turn)."""
+PUBLIC_NODES: tuple[type[exp.Expr], ...] = (
+    exp.Array, exp.Struct, exp.Unnest, exp.Columns, exp.LogicalAnd, exp.LogicalOr,
+)  # fmt: skip
+"""Nodes a query over public data may write besides ``ALLOWED_NODES``: constructors
+(``[1, 2]``, ``{'a': 1}``, ``unnest``, ``COLUMNS(...)``) and ``bool_and``/``bool_or``
+(which sqlglot writes with a cast inside, so not as one call); what they hold is checked
+in turn."""
 
+
+PUBLIC_AGGREGATES: frozenset[str] = frozenset(
+    {
+        "count", "count_star", "count_if", "countif", "sum", "fsum", "kahan_sum", "sumkahan",
+        "avg", "mean", "favg", "min", "max", "median", "mode", "quantile", "quantile_cont",
+        "quantile_disc", "approx_quantile", "approx_count_distinct", "mad", "product",
+        "variance", "var_pop", "var_samp", "stddev", "stddev_pop", "stddev_samp", "sem",
+        "skewness", "kurtosis", "kurtosis_pop", "entropy", "corr", "covar_pop", "covar_samp",
+        "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2", "regr_slope",
+        "regr_sxx", "regr_sxy", "regr_syy", "bool_and", "bool_or", "bit_and", "bit_or",
+        "bit_xor", "first", "last", "any_value", "arbitrary", "arg_min", "arg_max", "argmin",
+        "argmax", "min_by", "max_by", "arg_min_null", "arg_max_null", "list", "array_agg",
+        "string_agg", "group_concat", "listagg", "histogram",
+    }
+)  # fmt: skip
+"""The DuckDB aggregates a query over public data may call by name (sqlglot's own
+aggregate nodes are these too). An allow-list, not the engine's whole list: DuckDB also
+has aggregates whose values are types no privsql query may name (``variant_group_object``
+makes a VARIANT, ``bitstring_agg`` a BIT — types ``PUBLIC_CAST_TYPES`` leaves out for the
+crashes behind them), internal helpers (``combine_aggr``, ``sum_no_overflow``) and ones
+that reserve memory a constant argument sizes (``reservoir_quantile``, ``approx_top_k``:
+an allocation failure is an INTERNAL error, red team 28)."""
 
 WINDOW_FUNCTIONS: frozenset[str] = frozenset(
     {
@@ -265,13 +291,12 @@ WINDOW_FUNCTIONS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
-def refuse_unsafe_public(
-    query: exp.Expr, aggregates: frozenset[str], builtins: frozenset[str] = frozenset()
-) -> None:
+def refuse_unsafe_public(query: exp.Expr, builtins: frozenset[str] = frozenset()) -> None:
     """Refuse, anywhere in a query (its public parts run as written, its private ones are
     further held to ``refuse_unlisted``), any function call but the row-level allow-list,
-    ``PUBLIC_FUNCTIONS``, aggregates (the engine's, whose values are their arguments'; one
-    the database defines is refused by ``refuse_defined``) and ``WINDOW_FUNCTIONS``.
+    ``PUBLIC_FUNCTIONS``, ``PUBLIC_AGGREGATES`` (whose values are their arguments'; an
+    aggregate the database defines is refused by ``refuse_defined``) and
+    ``WINDOW_FUNCTIONS``.
 
     What else a DuckDB function may read is not its signature's business: built-in macros
     read the catalogue (``pg_get_viewdef`` printed a view's constants), ``nextval`` a
@@ -282,7 +307,7 @@ def refuse_unsafe_public(
     (constants only); the arguments of ``range`` and ``generate_series`` are checked here
     (``json_serialize_plan`` in them counted rows of a plan over private data, red team
     17)."""
-    allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | aggregates
+    allowed = ALLOWED_FUNCTIONS | PUBLIC_FUNCTIONS | WINDOW_FUNCTIONS | PUBLIC_AGGREGATES
     resolved = {  # CLAMPED's bounds: public constants, refused by the options' rules if not
         id(part)
         for clamp in query.find_all(Clamped)
@@ -307,8 +332,8 @@ def refuse_unsafe_public(
         if id(node) in resolved:
             continue
         _refuse_crashing(node)
-        if type(node) in ALLOWED_NODES or isinstance(node, (exp.AggFunc, *PUBLIC_NODES)):
-            continue  # an aggregate sqlglot knows by name is DuckDB's
+        if type(node) in ALLOWED_NODES or isinstance(node, PUBLIC_NODES):
+            continue
         name = duckdb_name(node)
         if isinstance(node, exp.Anonymous) and builtins and name not in builtins:
             close = difflib.get_close_matches(name, sorted(allowed), n=1, cutoff=0.6)
