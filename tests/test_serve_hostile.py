@@ -19,7 +19,7 @@ import sqlglot
 
 import privsql.server
 from privsql.server import wire
-from privsql.server.catalog import SchemaMirror, parse_postgres
+from privsql.server.catalog import MirrorError, SchemaMirror, parse_postgres
 from tests.serve_support import (
     ANALYSTS,
     RawClient,
@@ -232,11 +232,66 @@ def test_the_schema_mirror_holds_no_rows_and_reads_no_files(tmp_path: Path):
             "SELECT * FROM read_csv('/etc/passwd')",
             f"ATTACH '{tmp_path / 'flights.duckdb'}' AS stolen",
         ]:
-            with pytest.raises(duckdb.Error):
+            with pytest.raises(MirrorError):
                 mirror.query(sqlglot.parse_one(hostile, read="duckdb"))
     finally:
         mirror.close()
         source.close()
+
+
+DEEP_VARIANT = (
+    "SELECT CAST(CAST(repeat('[', 50000) || repeat(']', 50000) AS JSON) AS VARIANT) IS NULL AS x"
+)
+
+
+def test_a_catalog_query_that_crashes_duckdb_stops_only_the_mirror(server):
+    """A table-less SELECT is a catalog query, run as written on the schema mirror: JSON
+    nested 50 000 deep cast to VARIANT overflowed DuckDB 2.0.0's stack and killed the
+    server, every analyst's connection with it (red team 30; privsql's analysis refuses
+    the cast, but catalog queries do not go through it). The mirror runs in a process of
+    its own: the query fails, and the server, the catalog and private queries go on."""
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        with pytest.raises(psycopg.Error):
+            con.execute(DEEP_VARIANT)
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+    with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as con:
+        tables = "SELECT table_name FROM information_schema.tables ORDER BY table_name"
+        assert ("flights",) in con.execute(tables).fetchall()
+    still_serving(server)
+
+
+def test_the_mirror_runs_apart_from_the_data(tmp_path: Path):
+    """Catalog queries reach DuckDB bugs that read uninitialised memory (strftime's %n
+    returned the server's heap, where red team 30 once found another analyst's per-unit
+    rows): the mirror's database is another process, whose memory never held data."""
+    source = duckdb.connect(str(make_database(tmp_path / "flights.duckdb")))
+    mirror = SchemaMirror(source, "flights")
+    try:
+        query = parse_postgres("SELECT current_setting('threads') AS t")
+        assert query is not None
+        mirror.query(query)
+        assert mirror._process is not None and mirror._process.pid != os.getpid()
+        mirror._process.kill()  # a crash: the next query starts a new process
+        mirror._process.wait()
+        assert mirror.query(parse_postgres("SELECT 2 AS two")).to_pylist() == [{"two": 2}]
+    finally:
+        mirror.close()
+        source.close()
+
+
+def test_a_catalog_query_past_the_time_limit_is_stopped(server, monkeypatch):
+    """One analyst's endless catalog query must not hold the mirror from the others: past
+    ``SchemaMirror.TIME_LIMIT`` it is stopped with its process, and the next one runs."""
+    monkeypatch.setattr(SchemaMirror, "TIME_LIMIT", 1.0)
+    endless = "SELECT COUNT(*) AS n FROM pg_catalog.generate_series(1, 100000000000) g"
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        started = time.monotonic()
+        with pytest.raises(psycopg.Error, match="did not finish"):
+            con.execute(endless)
+        assert time.monotonic() - started < 30
+    with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as con:
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+    still_serving(server)
 
 
 def test_describing_a_prepared_statement_runs_nothing(server, database):

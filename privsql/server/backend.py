@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 from buenavista.backends.duckdb import to_bvtype
 from buenavista.core import BVType, QueryResult
@@ -34,7 +33,7 @@ from privsql.ledger import Analyst, Ledger, open_database
 from privsql.plot import noisy_columns
 from privsql.result import Result
 from privsql.server import sqlstate
-from privsql.server.catalog import SchemaMirror, is_catalog_query, parse_postgres
+from privsql.server.catalog import MirrorError, SchemaMirror, is_catalog_query, parse_postgres
 from privsql.server.parameters import bind
 from privsql.session import Session
 from rewriter.errors import PrivacyError
@@ -273,8 +272,8 @@ class ClientSession(WireSession):
         if parsed is not None and is_catalog_query(parsed):
             try:
                 return Answer(self._backend.mirror.query(parsed))
-            except duckdb.Error as error:  # the mirror holds no data: its messages show none
-                raise Refusal(sqlstate.INTERNAL, _first_line(error)) from None
+            except MirrorError as error:  # the mirror holds no data: its messages show none
+                raise Refusal(sqlstate.INTERNAL, str(error)) from None
         return self._private(text)
 
     def _private(self, text: str) -> Answer:
@@ -346,7 +345,3 @@ def _notices(result: Result) -> tuple[str, ...]:
         cost = f"privsql: ε = {result.epsilon:g}, δ = {result.delta:g} charged"
     warning = result.warning(ALPHA)
     return (cost,) if warning is None else (cost, f"privsql: {warning}")
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -4,12 +4,24 @@ column types for each table and view of the served database.
 
 psql's ``\\dt`` and ``\\d t``, SQLAlchemy's and BI tools' introspection run against the
 mirror with DuckDB's own ``pg_catalog`` emulation, plus the few functions psql calls that
-DuckDB lacks. The mirror holds no rows and cannot read files, so whatever a client sends
-it, it can only ever show schemas: which tables exist and their columns' names and types,
-which are not private (privsql's declarations are public too).
+DuckDB lacks. The mirror holds no rows, cannot read files and runs in a process of its
+own (``mirror_worker``), so whatever a client sends it, it can only ever show schemas —
+which tables exist and their columns' names and types, which are not private (privsql's
+declarations are public too) — and a DuckDB bug it reaches cannot read or stop the
+server's process.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import BinaryIO
 
 import duckdb
 import pyarrow as pa
@@ -17,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from privsql.ledger import SCHEMA
+from privsql.server import mirror_worker
 from rewriter.binding import NO_REACH
 from rewriter.catalog import public_type
 
@@ -121,8 +134,22 @@ table macros of the mirror (``OVERRIDES_PREFIX`` + name, so no client sees them 
 as tables), which catalog queries are pointed to."""
 
 
+class MirrorError(Exception):
+    """A catalog query the mirror could not answer (its message shows no data: the mirror
+    holds none)."""
+
+
 class SchemaMirror:
-    """The served database's schema, without its data, for catalog queries."""
+    """The served database's schema, without its data, for catalog queries.
+
+    The mirror is a DuckDB database in a process of its own (``mirror_worker``, started
+    at the first catalog query and again after it dies), since catalog queries run as
+    clients wrote them: a DuckDB bug one reaches reads or crashes that process, never the
+    server's, which holds the data and other analysts' answers (red team 30). One query
+    runs at a time; one running past ``TIME_LIMIT`` seconds is stopped with its process.
+    """
+
+    TIME_LIMIT = 10.0
 
     def __init__(self, source: duckdb.DuckDBPyConnection, name: str) -> None:
         columns = source.execute(
@@ -135,34 +162,91 @@ class SchemaMirror:
         for schema, table, column, data_type in columns:
             kind = public_type(data_type)  # an ENUM's members are data
             tables.setdefault((schema, table), []).append(f"{_quote(column)} {kind}")
-        self._con = duckdb.connect(":memory:", config=NO_REACH)
-        self._name = _quote(name)
-        self._con.execute(f"ATTACH ':memory:' AS {self._name}")
-        self._con.execute(f"USE {self._name}")
-        for (schema, table), definitions in tables.items():
-            self._con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
-            self._con.execute(
-                f"CREATE TABLE {_quote(schema)}.{_quote(table)} ({', '.join(definitions)})"
-            )
-        for view, definition in _OVERRIDES.items():
-            self._con.execute(f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}")
-        for macro, definition in _MACROS.items():
-            self._con.execute(f"CREATE OR REPLACE MACRO main.{macro}{definition}")
-        self._con.execute("SET enable_external_access = false")
-        self._con.execute("SET lock_configuration = true")
+        quoted = _quote(name)
+        self._set_up = [
+            *(f"SET {setting} = {str(value).lower()}" for setting, value in NO_REACH.items()),
+            f"ATTACH ':memory:' AS {quoted}",
+            f"USE {quoted}",
+            *(
+                statement
+                for (schema, table), definitions in tables.items()
+                for statement in (
+                    f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}",
+                    f"CREATE TABLE {_quote(schema)}.{_quote(table)} ({', '.join(definitions)})",
+                )
+            ),
+            *(
+                f"CREATE MACRO main.{OVERRIDES_PREFIX}{view}() AS TABLE {definition}"
+                for view, definition in _OVERRIDES.items()
+            ),
+            *(f"CREATE OR REPLACE MACRO main.{m}{d}" for m, d in _MACROS.items()),
+            "SET enable_external_access = false",
+            "SET lock_configuration = true",
+        ]
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
 
     def query(self, statement: exp.Expression) -> pa.Table:
         """Run a catalog query (parsed as PostgreSQL) on the mirror."""
-        duckdb_sql = _for_duckdb(statement).sql(dialect="duckdb")
-        cursor = self._con.cursor()
-        try:
-            cursor.execute(f"USE {self._name}")  # a cursor starts in the default database
-            return cursor.sql(duckdb_sql).to_arrow_table()
-        finally:
-            cursor.close()
+        request = mirror_worker.frame(_for_duckdb(statement).sql(dialect="duckdb").encode())
+        with self._lock:
+            process = self._started()
+            try:
+                assert process.stdin is not None and process.stdout is not None
+                process.stdin.write(request)
+                process.stdin.flush()
+                status = _read(process.stdout, 1, self.TIME_LIMIT)
+                (length,) = struct.unpack(">I", _read(process.stdout, 4, self.TIME_LIMIT))
+                payload = _read(process.stdout, length, self.TIME_LIMIT)
+            except (OSError, TimeoutError):
+                self._stop()
+                raise MirrorError("the catalog query did not finish") from None
+        if status != b"\x00":
+            raise MirrorError(payload.decode(errors="replace"))
+        return pa.ipc.open_stream(payload).read_all()
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                [sys.executable, mirror_worker.__file__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            assert self._process.stdin is not None
+            self._process.stdin.write(mirror_worker.frame(json.dumps(self._set_up).encode()))
+            self._process.stdin.flush()
+        return self._process
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout):
+                if stream is not None:
+                    stream.close()
+            self._process = None
 
     def close(self) -> None:
-        self._con.close()
+        with self._lock:
+            self._stop()
+
+
+def _read(stream: BinaryIO, size: int, limit: float) -> bytes:
+    """Exactly ``size`` bytes of a process's output within ``limit`` seconds (``OSError``
+    if it ended, ``TimeoutError`` if it was late)."""
+    deadline = time.monotonic() + limit
+    chunks, wanted = [], size
+    while wanted:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([stream], [], [], remaining)[0]:
+            raise TimeoutError
+        chunk = os.read(stream.fileno(), wanted)
+        if not chunk:
+            raise OSError("the mirror's process ended")
+        chunks.append(chunk)
+        wanted -= len(chunk)
+    return b"".join(chunks)
 
 
 def is_catalog_query(statement: exp.Expression) -> bool:
