@@ -180,6 +180,17 @@ DRAWN = (RELEASED, EXCESS_RELEASED)
 
 
 @dataclass(frozen=True)
+class Selected:
+    """One output of a post-processing that only selects: released column ``column`` as
+    output ``name``, cast to BIGINT when ``bigint`` (``TRY_CAST``: NULL where it does not
+    fit)."""
+
+    name: str
+    column: str
+    bigint: bool
+
+
+@dataclass(frozen=True)
 class Stages:
     """The private query in two parts that meet at a few aggregated relations.
 
@@ -197,6 +208,10 @@ class Stages:
     outputs: tuple[str, ...]
     release: dict[str, str]
     final: str
+    selected: tuple[Selected, ...] | None = None
+    """``final``'s outputs when it only selects released columns, each as it is or as a
+    ``TRY_CAST`` to BIGINT, from every row in order: the table ``final`` returns, which an
+    engine may make from the released table without running ``final``."""
 
     def statement(self) -> str:
         """Both parts as one statement (parameter ``$privsql_secret``)."""
@@ -243,7 +258,9 @@ def stages(plan: Plan, functions: Functions, sources: Sources | None = None) -> 
     if plan.excess_epsilon:
         release[EXCESS_RELEASED] = render(_excess_released(plan, functions))
     release[RELEASED] = render(_released(plan, layout, columns_of, functions))
-    return Stages(ctes, outputs, release, _post_processing(plan, layout.keys))
+    final = _post_processing(plan, layout.keys)
+    selected = _selected(final)  # first: rendering in place may change the tree
+    return Stages(ctes, outputs, release, render(final), selected)
 
 
 def generate(plan: Plan, functions: Functions) -> str:
@@ -857,7 +874,7 @@ def _release(
     return named(call(functions.noise, exact, sensitivity, epsilon), m.name)
 
 
-def _post_processing(plan: Plan, keys: list[str]) -> str:
+def _post_processing(plan: Plan, keys: list[str]) -> exp.Select:
     """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only.
 
     Rows come out in an order decided by released values alone: the analyst's ORDER BY,
@@ -912,7 +929,24 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
     for arg in ("limit", "offset"):
         if analysis.select.args.get(arg) is not None:
             query.set(arg, analysis.select.args[arg].copy())
-    return render(query)
+    return query
+
+
+def _selected(final: exp.Select) -> tuple[Selected, ...] | None:
+    """``final``'s outputs (``Stages.selected``) when it only selects, else None."""
+    if any(final.args.get(arg) for arg in ("where", "order", "limit", "offset")):
+        return None
+    found = []
+    for item in final.expressions:
+        if not isinstance(item, exp.Alias):
+            return None
+        value, bigint = item.this, False
+        if isinstance(value, exp.TryCast) and value.to.this == exp.DType.BIGINT:
+            value, bigint = value.this, True
+        if not (isinstance(value, exp.Column) and not value.table):
+            return None
+        found.append(Selected(item.alias, value.name, bigint))
+    return tuple(found)
 
 
 SUPPORT_PREFIX = "__privsql_"
