@@ -170,7 +170,9 @@ EXCESS = "__excess"
 to 1 per unit, in 1/EXCESS_SCALE steps), and then its noisy release (one row)."""
 
 EXCESS_RELEASED = "__excess_released"
-"""The one-row CTE holding the noisy ``__excess``, materialised so it is drawn once."""
+"""The one-row CTE holding the noisy ``__excess``, materialised so it is drawn once however
+many groups' rows read it (a query without group keys, whose ``__released`` is one row,
+draws it there)."""
 
 EXCESS_SCALE = 1024
 """A unit's share of the rows-cut total is counted in steps of 1/EXCESS_SCALE of a cap."""
@@ -255,7 +257,7 @@ def stages(plan: Plan, functions: Functions, sources: Sources | None = None) -> 
     outputs = (*(("__groups",) if grouped else ()), *counts, *cuts, *domains)
     columns_of = _measured_columns(plan.measurements, layout.sums)
     release = {name: render(q) for name, q in _histogram_lists(layout).items()}
-    if plan.excess_epsilon:
+    if plan.excess_epsilon and layout.keys:
         release[EXCESS_RELEASED] = render(_excess_released(plan, functions))
     release[RELEASED] = render(_released(plan, layout, columns_of, functions))
     final = _post_processing(plan, layout.keys)
@@ -634,9 +636,17 @@ def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
 def _excess(plan: Plan, layout: Layout) -> exp.Query:
     """Over all units: the rows bounding cut from each unit — beyond the smallest row cap in
     its kept cells, and all of its dropped cells (``_trimmed``) — in caps, clipped to 1 per
-    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE."""
+    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE.
+
+    Without group keys a unit has one cell, and nothing is dropped: its rows cut are those
+    of its cell of ``__chosen`` beyond the cap, read there with no grouping by unit (one
+    aggregate fewer for DuckDB; the same number)."""
     cap = plan.row_cap
     assert cap is not None
+    if not layout.keys and not plan.groups_may_exceed_cap:
+        lost = huge(exp.Sub(this=column("__rows"), expression=number(cap)))
+        over_cap = exp.GT(this=column("__rows"), expression=number(cap))
+        return select([named(_excess_sum(lost, cap), EXCESS)], table("__chosen"), where=over_cap)
     lost = exp.If(
         this=column("__chosen", "c"),
         true=exp.Sub(this=column("__rows", "c"), expression=number(cap)),
@@ -647,25 +657,31 @@ def _excess(plan: Plan, layout: Layout) -> exp.Query:
         _trimmed(plan, layout, cap),
         group=[column("__unit", "c")],
     )
+    return select([named(_excess_sum(column("__lost"), cap), EXCESS)], derived(units))
+
+
+def _excess_sum(lost: exp.Expr, cap: int) -> exp.Expr:
+    """The sum over units of each one's ``lost`` rows (a HUGEINT) in 1/EXCESS_SCALE steps of
+    ``cap``, at most EXCESS_SCALE each; 0 when no unit lost any."""
     share = exp.IntDiv(
-        this=exp.Mul(this=column("__lost"), expression=number(EXCESS_SCALE)),
-        expression=number(cap),
+        this=exp.Mul(this=lost, expression=number(EXCESS_SCALE)), expression=number(cap)
     )
-    return select(
-        [named(coalesce(total(least(share, number(EXCESS_SCALE))), number(0)), EXCESS)],
-        derived(units),
+    return coalesce(total(least(share, number(EXCESS_SCALE))), number(0))
+
+
+def _excess_noise(plan: Plan, functions: Functions, excess: exp.Column) -> exp.Expr:
+    """The noisy ``excess`` (Laplace, sensitivity EXCESS_SCALE)."""
+    return call(
+        functions.check or functions.noise,
+        huge(excess),
+        huge(number(EXCESS_SCALE)),
+        double(plan.excess_epsilon),
     )
 
 
 def _excess_released(plan: Plan, functions: Functions) -> exp.Select:
-    """The noisy ``__excess`` (Laplace, sensitivity EXCESS_SCALE), drawn once."""
-    noisy = call(
-        functions.check or functions.noise,
-        huge(column(EXCESS)),
-        huge(number(EXCESS_SCALE)),
-        double(plan.excess_epsilon),
-    )
-    return select([named(noisy, EXCESS)], table(EXCESS))
+    """The noisy ``__excess``, drawn once for every group's row."""
+    return select([named(_excess_noise(plan, functions, column(EXCESS)), EXCESS)], table(EXCESS))
 
 
 def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
@@ -812,9 +828,12 @@ def _released(
         )
     if not _cuts_in_groups(plan):
         joins.append(joining(table(CUTS, "x"), same_keys(keys, outer, "x"), side="LEFT"))
-    if plan.excess_epsilon:
+    if plan.excess_epsilon and keys:  # drawn once, before, for every group's row
         joins.append(joining(table(EXCESS_RELEASED, "e"), kind="CROSS"))
         noisy.append(named(column(EXCESS, "e"), EXCESS))
+    elif plan.excess_epsilon:  # one row, drawn here: a stage and a join fewer for DuckDB
+        joins.append(joining(table(EXCESS, "e"), kind="CROSS"))
+        noisy.append(named(_excess_noise(plan, functions, column(EXCESS, "e")), EXCESS))
     where = None
     if plan.partition is not None:
         p = plan.partition

@@ -82,3 +82,27 @@ def test_rows_cut_total_is_each_units_rows_cut_in_caps():
     scale = EXCESS_SCALE
     assert row[0] == scale + scale * 1 // 5 + scale * 2 // 5 + 0 + scale
     db.close()
+
+
+def test_rows_cut_total_without_group_keys_reads_each_units_one_cell():
+    """Without group keys ``__excess`` reads each unit's one cell of ``__chosen`` without
+    grouping by unit: the same number as the grouped form computes for one listed group
+    holding every row, and each unit's rows cut in caps (10 rows lost 5: one cap; 6 lost
+    1: 1/5; 4 and 1 lost none; 40 count one cap)."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT uid, 0 AS g FROM (VALUES (0, 10), (1, 6), (2, 4), (3, 1), "
+        "(4, 40)) AS v(uid, n), range(40) AS r(i) WHERE i < n"
+    )
+    db = privsql.connect(con, seed=1, insecure=True)
+    db.protect("t", privacy_unit="uid")
+    found = []
+    for sql, keys in [
+        ("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS 5", None),
+        ("SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5", {"g": [0]}),
+    ]:
+        query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.0)
+        ((excess,),) = neighbours.stage(con, query_plan, EXCESS)
+        found.append(excess)
+    assert found == [2 * EXCESS_SCALE + EXCESS_SCALE // 5] * 2
+    db.close()
