@@ -303,17 +303,27 @@ def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
         )
         for i, (centred, count) in enumerate(plan.mean_sums)
     ]
-    largest = select(
-        [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
-        table("__chosen"),
-        group=[column("__unit")],
-    )
     totals = [named(total(column(f"__mean{i}")), f"__total{i}") for i in range(len(means))]
-    summary: exp.Query = select(
-        [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
-        derived(largest),
-        group=[column("__size")],
-    )
+    summary: exp.Query
+    if not layout.keys and not plan.groups_may_exceed_cap and not means:
+        # a unit's one cell is its largest: its sizes are read from __chosen without
+        # grouping by unit (one aggregate fewer for DuckDB; the same rows)
+        summary = select(
+            [exp.false(), named(column("__rows"), "__size"), named(count_rows(), "__units")],
+            table("__chosen"),
+            group=[column("__rows")],
+        )
+    else:
+        largest = select(
+            [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
+            table("__chosen"),
+            group=[column("__unit")],
+        )
+        summary = select(
+            [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
+            derived(largest),
+            group=[column("__size")],
+        )
     if plan.bounding.groups > 1:
         nulls = [named(exp.null(), f"__total{i}") for i in range(len(means))]
         cells = select(
