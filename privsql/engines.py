@@ -15,12 +15,14 @@ import contextlib
 import functools
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from privsql.bound_reads import check_public_reads
@@ -30,7 +32,7 @@ from rewriter.catalog import reader_paths
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
 from rewriter.files import FileGroup
 from rewriter.functions import DISABLED_OPTIMIZERS
-from rewriter.generate import RELEASED, Stages
+from rewriter.generate import RELEASED, Selected, Stages
 from rewriter.relations import source_sql
 from rewriter.sqlbuild import SECRET
 from rewriter.transpile import check_for_spark, to_spark
@@ -417,8 +419,14 @@ class SparkEngine:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
 
 
-def post_process(statement: str, released: pa.Table) -> pa.Table:
+def post_process(
+    statement: str, released: pa.Table, selected: Sequence[Selected] | None = None
+) -> pa.Table:
     """The analyst's post-processing (``Stages.final``) over released values only.
+
+    When it only selects released columns (``selected``, ``Stages.selected``), the table
+    it returns is made in Arrow from the released table alone, without a statement (about
+    a millisecond of a small query's overhead); anything else runs as below.
 
     It runs after the charge, in a database of its own (``_released_only``) where
     ``__released`` is the released table and nothing else is: no table, view, macro,
@@ -427,6 +435,8 @@ def post_process(statement: str, released: pa.Table) -> pa.Table:
     released values (post-processing, SPEC §2). On the session's own connection a macro
     read private tables and ``pg_get_viewdef`` printed views' definitions (red team 15).
     """
+    if selected is not None and (table := _select(selected, released)) is not None:
+        return table
     cursor = _released_only().cursor()
     try:
         cursor.register(RELEASED, released)
@@ -441,6 +451,34 @@ def post_process(statement: str, released: pa.Table) -> pa.Table:
         f"{message} (the answer was released and charged; it is stored, and re-running the "
         "query returns it at no cost)"
     )
+
+
+def _select(selected: Sequence[Selected], released: pa.Table) -> pa.Table | None:
+    """``selected`` made from ``released``, as DuckDB returns it, or None where a column is
+    missing or of a type whose ``TRY_CAST`` to BIGINT this does not mirror."""
+    columns = []
+    for output in selected:
+        if output.column not in released.column_names:
+            return None
+        column = released.column(output.column)
+        if output.bigint:
+            column = _try_bigint(column)
+            if column is None:
+                return None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=[output.name for output in selected])
+
+
+def _try_bigint(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """DuckDB's ``TRY_CAST(column AS BIGINT)`` of a whole-number decimal (a HUGEINT) or a
+    BIGINT: the same number, NULL where it does not fit; None for any other type."""
+    if pa.types.is_int64(column.type):
+        return column
+    if not (pa.types.is_decimal(column.type) and column.type.scale == 0):
+        return None
+    low, high = (pa.scalar(Decimal(end), column.type) for end in (-(2**63), 2**63 - 1))
+    fits = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
+    return pc.cast(pc.if_else(fits, column, pa.scalar(None, column.type)), pa.int64())
 
 
 @functools.cache

@@ -310,7 +310,7 @@ class Session:
                 StoredAnswer(key, released.data, released.table),
                 known=state,
             )
-        table = post_process(parts.final, released.table).replace_schema_metadata(
+        table = post_process(parts.final, released.table, parts.selected).replace_schema_metadata(
             released.table.schema.metadata
         )
         guessed = released.compiled.decided.guessed

@@ -170,13 +170,26 @@ EXCESS = "__excess"
 to 1 per unit, in 1/EXCESS_SCALE steps), and then its noisy release (one row)."""
 
 EXCESS_RELEASED = "__excess_released"
-"""The one-row CTE holding the noisy ``__excess``, materialised so it is drawn once."""
+"""The one-row CTE holding the noisy ``__excess``, materialised so it is drawn once however
+many groups' rows read it (a query without group keys, whose ``__released`` is one row,
+draws it there)."""
 
 EXCESS_SCALE = 1024
 """A unit's share of the rows-cut total is counted in steps of 1/EXCESS_SCALE of a cap."""
 
 DRAWN = (RELEASED, EXCESS_RELEASED)
 """The CTEs whose noise is drawn once (``MATERIALIZED``)."""
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One output of a post-processing that only selects: released column ``column`` as
+    output ``name``, cast to BIGINT when ``bigint`` (``TRY_CAST``: NULL where it does not
+    fit)."""
+
+    name: str
+    column: str
+    bigint: bool
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,10 @@ class Stages:
     outputs: tuple[str, ...]
     release: dict[str, str]
     final: str
+    selected: tuple[Selected, ...] | None = None
+    """``final``'s outputs when it only selects released columns, each as it is or as a
+    ``TRY_CAST`` to BIGINT, from every row in order: the table ``final`` returns, which an
+    engine may make from the released table without running ``final``."""
 
     def statement(self) -> str:
         """Both parts as one statement (parameter ``$privsql_secret``)."""
@@ -240,10 +257,12 @@ def stages(plan: Plan, functions: Functions, sources: Sources | None = None) -> 
     outputs = (*(("__groups",) if grouped else ()), *counts, *cuts, *domains)
     columns_of = _measured_columns(plan.measurements, layout.sums)
     release = {name: render(q) for name, q in _histogram_lists(layout).items()}
-    if plan.excess_epsilon:
+    if plan.excess_epsilon and layout.keys:
         release[EXCESS_RELEASED] = render(_excess_released(plan, functions))
     release[RELEASED] = render(_released(plan, layout, columns_of, functions))
-    return Stages(ctes, outputs, release, _post_processing(plan, layout.keys))
+    final = _post_processing(plan, layout.keys)
+    selected = _selected(final)  # first: rendering in place may change the tree
+    return Stages(ctes, outputs, release, render(final), selected)
 
 
 def generate(plan: Plan, functions: Functions) -> str:
@@ -284,17 +303,27 @@ def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
         )
         for i, (centred, count) in enumerate(plan.mean_sums)
     ]
-    largest = select(
-        [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
-        table("__chosen"),
-        group=[column("__unit")],
-    )
     totals = [named(total(column(f"__mean{i}")), f"__total{i}") for i in range(len(means))]
-    summary: exp.Query = select(
-        [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
-        derived(largest),
-        group=[column("__size")],
-    )
+    summary: exp.Query
+    if not layout.keys and not plan.groups_may_exceed_cap and not means:
+        # a unit's one cell is its largest: its sizes are read from __chosen without
+        # grouping by unit (one aggregate fewer for DuckDB; the same rows)
+        summary = select(
+            [exp.false(), named(column("__rows"), "__size"), named(count_rows(), "__units")],
+            table("__chosen"),
+            group=[column("__rows")],
+        )
+    else:
+        largest = select(
+            [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
+            table("__chosen"),
+            group=[column("__unit")],
+        )
+        summary = select(
+            [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
+            derived(largest),
+            group=[column("__size")],
+        )
     if plan.bounding.groups > 1:
         nulls = [named(exp.null(), f"__total{i}") for i in range(len(means))]
         cells = select(
@@ -617,9 +646,17 @@ def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
 def _excess(plan: Plan, layout: Layout) -> exp.Query:
     """Over all units: the rows bounding cut from each unit — beyond the smallest row cap in
     its kept cells, and all of its dropped cells (``_trimmed``) — in caps, clipped to 1 per
-    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE."""
+    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE.
+
+    Without group keys a unit has one cell, and nothing is dropped: its rows cut are those
+    of its cell of ``__chosen`` beyond the cap, read there with no grouping by unit (one
+    aggregate fewer for DuckDB; the same number)."""
     cap = plan.row_cap
     assert cap is not None
+    if not layout.keys and not plan.groups_may_exceed_cap:
+        lost = huge(exp.Sub(this=column("__rows"), expression=number(cap)))
+        over_cap = exp.GT(this=column("__rows"), expression=number(cap))
+        return select([named(_excess_sum(lost, cap), EXCESS)], table("__chosen"), where=over_cap)
     lost = exp.If(
         this=column("__chosen", "c"),
         true=exp.Sub(this=column("__rows", "c"), expression=number(cap)),
@@ -630,25 +667,31 @@ def _excess(plan: Plan, layout: Layout) -> exp.Query:
         _trimmed(plan, layout, cap),
         group=[column("__unit", "c")],
     )
+    return select([named(_excess_sum(column("__lost"), cap), EXCESS)], derived(units))
+
+
+def _excess_sum(lost: exp.Expr, cap: int) -> exp.Expr:
+    """The sum over units of each one's ``lost`` rows (a HUGEINT) in 1/EXCESS_SCALE steps of
+    ``cap``, at most EXCESS_SCALE each; 0 when no unit lost any."""
     share = exp.IntDiv(
-        this=exp.Mul(this=column("__lost"), expression=number(EXCESS_SCALE)),
-        expression=number(cap),
+        this=exp.Mul(this=lost, expression=number(EXCESS_SCALE)), expression=number(cap)
     )
-    return select(
-        [named(coalesce(total(least(share, number(EXCESS_SCALE))), number(0)), EXCESS)],
-        derived(units),
+    return coalesce(total(least(share, number(EXCESS_SCALE))), number(0))
+
+
+def _excess_noise(plan: Plan, functions: Functions, excess: exp.Column) -> exp.Expr:
+    """The noisy ``excess`` (Laplace, sensitivity EXCESS_SCALE)."""
+    return call(
+        functions.check or functions.noise,
+        huge(excess),
+        huge(number(EXCESS_SCALE)),
+        double(plan.excess_epsilon),
     )
 
 
 def _excess_released(plan: Plan, functions: Functions) -> exp.Select:
-    """The noisy ``__excess`` (Laplace, sensitivity EXCESS_SCALE), drawn once."""
-    noisy = call(
-        functions.check or functions.noise,
-        huge(column(EXCESS)),
-        huge(number(EXCESS_SCALE)),
-        double(plan.excess_epsilon),
-    )
-    return select([named(noisy, EXCESS)], table(EXCESS))
+    """The noisy ``__excess``, drawn once for every group's row."""
+    return select([named(_excess_noise(plan, functions, column(EXCESS)), EXCESS)], table(EXCESS))
 
 
 def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
@@ -795,9 +838,12 @@ def _released(
         )
     if not _cuts_in_groups(plan):
         joins.append(joining(table(CUTS, "x"), same_keys(keys, outer, "x"), side="LEFT"))
-    if plan.excess_epsilon:
+    if plan.excess_epsilon and keys:  # drawn once, before, for every group's row
         joins.append(joining(table(EXCESS_RELEASED, "e"), kind="CROSS"))
         noisy.append(named(column(EXCESS, "e"), EXCESS))
+    elif plan.excess_epsilon:  # one row, drawn here: a stage and a join fewer for DuckDB
+        joins.append(joining(table(EXCESS, "e"), kind="CROSS"))
+        noisy.append(named(_excess_noise(plan, functions, column(EXCESS, "e")), EXCESS))
     where = None
     if plan.partition is not None:
         p = plan.partition
@@ -857,7 +903,7 @@ def _release(
     return named(call(functions.noise, exact, sensitivity, epsilon), m.name)
 
 
-def _post_processing(plan: Plan, keys: list[str]) -> str:
+def _post_processing(plan: Plan, keys: list[str]) -> exp.Select:
     """The analyst's SELECT, HAVING, ORDER BY and LIMIT over released values only.
 
     Rows come out in an order decided by released values alone: the analyst's ORDER BY,
@@ -912,7 +958,24 @@ def _post_processing(plan: Plan, keys: list[str]) -> str:
     for arg in ("limit", "offset"):
         if analysis.select.args.get(arg) is not None:
             query.set(arg, analysis.select.args[arg].copy())
-    return render(query)
+    return query
+
+
+def _selected(final: exp.Select) -> tuple[Selected, ...] | None:
+    """``final``'s outputs (``Stages.selected``) when it only selects, else None."""
+    if any(final.args.get(arg) for arg in ("where", "order", "limit", "offset")):
+        return None
+    found = []
+    for item in final.expressions:
+        if not isinstance(item, exp.Alias):
+            return None
+        value, bigint = item.this, False
+        if isinstance(value, exp.TryCast) and value.to.this == exp.DType.BIGINT:
+            value, bigint = value.this, True
+        if not (isinstance(value, exp.Column) and not value.table):
+            return None
+        found.append(Selected(item.alias, value.name, bigint))
+    return tuple(found)
 
 
 SUPPORT_PREFIX = "__privsql_"

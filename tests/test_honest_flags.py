@@ -64,21 +64,47 @@ def test_small_epsilon_misses_are_flagged(flights):
     assert np.mean(flagged[covered]) <= 0.35
 
 
+def _exact_excess(rows: str, queries: list[tuple[str, dict | None]]) -> list[int]:
+    """The exact ``__excess`` of each (query, public keys) over ``t AS <rows>``, unit ``uid``."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS {rows}")
+    db = privsql.connect(con, seed=1, insecure=True)
+    db.protect("t", privacy_unit="uid")
+    found = []
+    for sql, keys in queries:
+        query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.0)
+        ((excess,),) = neighbours.stage(con, query_plan, EXCESS)
+        found.append(excess)
+    db.close()
+    return found
+
+
 def test_rows_cut_total_is_each_units_rows_cut_in_caps():
     """The exact ``__excess`` the check perturbs, under BOUND ROWS 5 and MAX_GROUPS 1: a
     unit of 10 rows lost 5 (one cap: the whole EXCESS_SCALE), one of 6 lost 1 (1/5 of a
     cap), one with 2 rows in each of two groups lost its dropped cell's 2 (2/5), one of 1
     row nothing; a unit of 40 rows counts one cap, not 7."""
-    con = duckdb.connect()
-    con.execute(
-        "CREATE TABLE t AS SELECT * FROM (VALUES (0, 0, 10), (1, 0, 6), (2, 0, 2), (2, 1, 2), "
-        "(3, 1, 1), (4, 1, 40)) AS v(uid, g, n), range(40) AS r(i) WHERE i < n"
+    rows = (
+        "SELECT * FROM (VALUES (0, 0, 10), (1, 0, 6), (2, 0, 2), (2, 1, 2), (3, 1, 1), "
+        "(4, 1, 40)) AS v(uid, g, n), range(40) AS r(i) WHERE i < n"
     )
-    db = privsql.connect(con, seed=1, insecure=True)
-    db.protect("t", privacy_unit="uid")
     sql = "SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1"
-    query_plan = plan(analyze(sql, db._catalog(), {"g": [0, 1]}), epsilon=1, delta=0.0)
-    (row,) = neighbours.stage(con, query_plan, EXCESS)
     scale = EXCESS_SCALE
-    assert row[0] == scale + scale * 1 // 5 + scale * 2 // 5 + 0 + scale
-    db.close()
+    expected = scale + scale * 1 // 5 + scale * 2 // 5 + 0 + scale
+    assert _exact_excess(rows, [(sql, {"g": [0, 1]})]) == [expected]
+
+
+def test_rows_cut_total_without_group_keys_reads_each_units_one_cell():
+    """Without group keys ``__excess`` reads each unit's one cell of ``__chosen`` without
+    grouping by unit: the same number as the grouped form computes for one listed group
+    holding every row, and each unit's rows cut in caps (10 rows lost 5: one cap; 6 lost
+    1: 1/5; 4 and 1 lost none; 40 count one cap)."""
+    rows = (
+        "SELECT uid, 0 AS g FROM (VALUES (0, 10), (1, 6), (2, 4), (3, 1), (4, 40)) AS v(uid, n), "
+        "range(40) AS r(i) WHERE i < n"
+    )
+    queries = [
+        ("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS 5", None),
+        ("SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5", {"g": [0]}),
+    ]
+    assert _exact_excess(rows, queries) == [2 * EXCESS_SCALE + EXCESS_SCALE // 5] * 2

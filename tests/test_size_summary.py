@@ -105,3 +105,18 @@ def test_the_groups_fold_counts_units_touching_more_than_each_candidate(db):
     candidates = [0, 1, 3, 6, 7]
     expected = (len(touched), *(sum(1 for (n,) in touched if n > c) for c in candidates))
     assert size_summary(rows, candidates) == expected
+
+
+def test_without_group_keys_each_units_size_is_its_rows(db):
+    """Without group keys a unit's one kept cell is its largest: the search reads sizes from
+    ``__chosen`` without grouping by unit, and folds to what the filtered aggregates give
+    over each unit's rows."""
+    query = "SELECT COUNT(*) FROM visits PRIVACY_UNIT uid BOUND ROWS AUTO"
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1, delta=1e-6)
+    search = threshold_search(query_plan)
+    assert "GROUP BY __unit" not in search.statement.rsplit("\n", 1)[1]
+    secret = {"privsql_secret": 7} if "$privsql_secret" in search.statement else None
+    folded = search.summary(db._con.execute(search.statement, secret).fetchall())
+    sizes = "SELECT count(*) AS s FROM visits WHERE uid IS NOT NULL GROUP BY uid"
+    assert folded == filtered(db._con, sizes, 0) + units(db._con, sizes)
+    assert folded[0] > 0
