@@ -270,28 +270,61 @@ def test_the_mirror_runs_apart_from_the_data(tmp_path: Path):
         query = parse_postgres("SELECT current_setting('threads') AS t")
         assert query is not None
         mirror.query(query)
-        assert mirror._process is not None and mirror._process.pid != os.getpid()
-        mirror._process.kill()  # a crash: the next query starts a new process
-        mirror._process.wait()
+        process = mirror._processes[""]._process
+        assert process is not None and process.pid != os.getpid()
+        process.kill()  # a crash: the next query starts a new process
+        process.wait()
         assert mirror.query(parse_postgres("SELECT 2 AS two")).to_pylist() == [{"two": 2}]
     finally:
         mirror.close()
         source.close()
 
 
+ENDLESS = "SELECT COUNT(*) AS n FROM pg_catalog.generate_series(1, 100000000000) g"
+
+
 def test_a_catalog_query_past_the_time_limit_is_stopped(server, monkeypatch):
-    """One analyst's endless catalog query must not hold the mirror from the others: past
-    ``SchemaMirror.TIME_LIMIT`` it is stopped with its process, and the next one runs."""
+    """An endless catalog query is stopped with its process past
+    ``SchemaMirror.TIME_LIMIT``, and the next one runs."""
     monkeypatch.setattr(SchemaMirror, "TIME_LIMIT", 1.0)
-    endless = "SELECT COUNT(*) AS n FROM pg_catalog.generate_series(1, 100000000000) g"
     with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
         started = time.monotonic()
         with pytest.raises(psycopg.Error, match="did not finish"):
-            con.execute(endless)
+            con.execute(ENDLESS)
         assert time.monotonic() - started < 30
-    with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as con:
         assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
     still_serving(server)
+
+
+def test_one_analysts_catalog_queries_never_stall_another(server, monkeypatch):
+    """Red team 31: four of bob's connections sending endless catalog queries held
+    alice's ``SELECT 1`` (and every client's start-up introspection) for 40 s, free,
+    behind the one mirror process. Each analyst has a mirror process of their own."""
+    monkeypatch.setattr(SchemaMirror, "TIME_LIMIT", 6.0)
+
+    def endless() -> None:
+        with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as con:
+            with pytest.raises(psycopg.Error, match="did not finish"):
+                con.execute(ENDLESS)
+
+    with ThreadPoolExecutor(1) as pool:
+        stall = pool.submit(endless)
+        time.sleep(1.0)  # bob's query is running
+        with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+            started = time.monotonic()
+            assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+            assert time.monotonic() - started < 3  # not behind bob's 6 s
+        stall.result(timeout=60)
+
+
+def test_a_catalog_answer_larger_than_the_limit_is_refused(server):
+    """A 500 MB catalog answer raised the server's memory fivefold as it was sent (red
+    team 31): an answer past ``mirror_worker.ANSWER_LIMIT`` (16 MiB) is an error."""
+    huge = "SELECT repeat('x', 1000000) AS x FROM pg_catalog.generate_series(1, 100) g"
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        with pytest.raises(psycopg.Error, match="too large"):
+            con.execute(huge)
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
 
 
 def test_describing_a_prepared_statement_runs_nothing(server, database):

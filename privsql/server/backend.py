@@ -271,7 +271,7 @@ class ClientSession(WireSession):
         parsed = parse_postgres(text)
         if parsed is not None and is_catalog_query(parsed):
             try:
-                return Answer(self._backend.mirror.query(parsed))
+                return Answer(self._backend.mirror.query(parsed, self.analyst))
             except MirrorError as error:  # the mirror holds no data: its messages show none
                 raise Refusal(sqlstate.INTERNAL, str(error)) from None
         return self._private(text)

@@ -142,14 +142,17 @@ class MirrorError(Exception):
 class SchemaMirror:
     """The served database's schema, without its data, for catalog queries.
 
-    The mirror is a DuckDB database in a process of its own (``mirror_worker``, started
-    at the first catalog query and again after it dies), since catalog queries run as
-    clients wrote them: a DuckDB bug one reaches reads or crashes that process, never the
-    server's, which holds the data and other analysts' answers (red team 30). One query
-    runs at a time; one running past ``TIME_LIMIT`` seconds is stopped with its process.
+    The mirror is a DuckDB database in a process of its own (``mirror_worker``), one per
+    analyst, started at their first catalog query and again after it dies, since catalog
+    queries run as clients wrote them: a DuckDB bug one reaches reads or crashes that
+    process, never the server's, which holds the data and other analysts' answers (red
+    team 30). An analyst's catalog queries run one at a time in their process, each
+    stopped with it past ``TIME_LIMIT`` seconds, so an endless one stalls only its own
+    analyst (red team 31: four connections' endless queries held everyone's ``SELECT 1``
+    for 40 s behind one shared process).
     """
 
-    TIME_LIMIT = 10.0
+    TIME_LIMIT = 5.0
 
     def __init__(self, source: duckdb.DuckDBPyConnection, name: str) -> None:
         columns = source.execute(
@@ -165,6 +168,7 @@ class SchemaMirror:
         quoted = _quote(name)
         self._set_up = [
             *(f"SET {setting} = {str(value).lower()}" for setting, value in NO_REACH.items()),
+            *(f"SET {setting} = {value}" for setting, value in mirror_worker.LIMITS.items()),
             f"ATTACH ':memory:' AS {quoted}",
             f"USE {quoted}",
             *(
@@ -184,26 +188,50 @@ class SchemaMirror:
             "SET lock_configuration = true",
         ]
         self._lock = threading.Lock()
+        self._processes: dict[str, _MirrorProcess] = {}
+
+    def query(self, statement: exp.Expression, analyst: str = "") -> pa.Table:
+        """Run a catalog query (parsed as PostgreSQL) on ``analyst``'s mirror."""
+        request = _for_duckdb(statement).sql(dialect="duckdb")
+        with self._lock:
+            process = self._processes.setdefault(analyst, _MirrorProcess(self._set_up))
+        return process.ask(request, self.TIME_LIMIT)
+
+    def close(self) -> None:
+        with self._lock:
+            processes, self._processes = list(self._processes.values()), {}
+        for process in processes:
+            process.close()
+
+
+class _MirrorProcess:
+    """One mirror process, asked one query at a time."""
+
+    def __init__(self, set_up: list[str]) -> None:
+        self._set_up = set_up
+        self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
 
-    def query(self, statement: exp.Expression) -> pa.Table:
-        """Run a catalog query (parsed as PostgreSQL) on the mirror."""
-        request = mirror_worker.frame(_for_duckdb(statement).sql(dialect="duckdb").encode())
+    def ask(self, sql: str, limit: float) -> pa.Table:
         with self._lock:
             process = self._started()
             try:
                 assert process.stdin is not None and process.stdout is not None
-                process.stdin.write(request)
+                process.stdin.write(mirror_worker.frame(sql.encode()))
                 process.stdin.flush()
-                status = _read(process.stdout, 1, self.TIME_LIMIT)
-                (length,) = struct.unpack(">I", _read(process.stdout, 4, self.TIME_LIMIT))
-                payload = _read(process.stdout, length, self.TIME_LIMIT)
+                status = _read(process.stdout, 1, limit)
+                (length,) = struct.unpack(">I", _read(process.stdout, 4, limit))
+                payload = _read(process.stdout, length, limit)
             except (OSError, TimeoutError):
                 self._stop()
                 raise MirrorError("the catalog query did not finish") from None
         if status != b"\x00":
             raise MirrorError(payload.decode(errors="replace"))
         return pa.ipc.open_stream(payload).read_all()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:

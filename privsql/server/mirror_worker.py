@@ -28,6 +28,14 @@ import pyarrow as pa
 
 _LENGTH = struct.Struct(">I")
 
+LIMITS = {"threads": 1, "memory_limit": "'256MB'"}
+"""DuckDB settings of the mirror: a catalog query needs little (red team 31 took one to
+3.75 GB in its time limit)."""
+
+ANSWER_LIMIT = 16 * 2**20
+"""The most bytes of Arrow an answer may hold: catalogs are small, and a large answer
+costs the server's memory as it is sent."""
+
 
 def read_frame(stream: BinaryIO) -> bytes | None:
     """The next frame's bytes, or None at the end of the stream."""
@@ -44,13 +52,16 @@ def frame(payload: bytes) -> bytes:
 
 
 def _answer(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[int, bytes]:
-    try:
-        table = con.sql(sql).to_arrow_table()
-    except duckdb.Error as error:
-        return 1, (str(error).strip().splitlines() or [type(error).__name__])[0].encode()
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+    try:
+        batches = con.sql(sql).to_arrow_reader(batch_size=2048)
+        with pa.ipc.new_stream(sink, batches.schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                if sink.tell() > ANSWER_LIMIT:
+                    return 1, b"the catalog answer is too large"
+    except (duckdb.Error, pa.ArrowException) as error:
+        return 1, (str(error).strip().splitlines() or [type(error).__name__])[0].encode()
     return 0, sink.getvalue().to_pybytes()
 
 
