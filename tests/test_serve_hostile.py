@@ -327,6 +327,22 @@ def test_a_catalog_answer_larger_than_the_limit_is_refused(server):
         assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
 
 
+def test_answers_python_cannot_hold_are_sent_as_text(server):
+    """A released date past the year 9999 could not be converted as the answer was sent:
+    the server ended the connection after the charge, and again for the stored answer,
+    so the analyst paid for an answer never delivered (red team 31)."""
+    far = (
+        "SELECT make_date(year * 1000, 1, 1) AS d, COUNT(*) AS n FROM flights "
+        "PRIVACY_UNIT tailnum BOUND ROWS 5 MAX_GROUPS 1 EPSILON 0.01 GROUP BY d"
+    )
+    with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as con:
+        for _ in range(2):  # the fresh answer, then the stored one
+            rows = con.execute(far).fetchall()
+            assert [d for d, _ in rows] == ["2013000-01-01"] * len(rows), rows
+        public = "SELECT make_date(20130, 1, 1) AS d, carrier FROM airlines LIMIT 1"
+        assert con.execute(public).fetchall()[0][0] == "20130-01-01"
+
+
 def test_describing_a_prepared_statement_runs_nothing(server, database):
     before = consistent_ledger(database)
     client = RawClient(server.host, server.port)

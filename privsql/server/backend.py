@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 from buenavista.backends.duckdb import to_bvtype
 from buenavista.core import BVType, QueryResult
@@ -112,6 +113,10 @@ class Answer(QueryResult):
         notices: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
+        if table is not None:
+            table = pa.table(
+                [_sendable(column) for column in table.columns], names=table.column_names
+            )
         self._table = table
         self._status = status
         self._types = [] if table is None else [_bvtype(t) for t in table.schema.types]
@@ -135,6 +140,21 @@ class Answer(QueryResult):
 
     def status(self) -> str:
         return self._status
+
+
+def _sendable(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The column, or its text where Python cannot hold its values (a date past the year
+    9999, say): converting them raised while the answer was sent, which ended the client's
+    connection after the charge, and again for the stored answer (red team 31)."""
+    if not pa.types.is_temporal(column.type):
+        return column
+    try:
+        column.to_pylist()
+    except (ValueError, OverflowError, pa.ArrowException):
+        with duckdb.connect() as con:  # DuckDB's text: '2013000-01-01', 'infinity'
+            con.register("answer", pa.table({"c": column}))
+            return con.sql("SELECT CAST(c AS VARCHAR) AS c FROM answer").to_arrow_table()["c"]
+    return column
 
 
 def _bvtype(data_type: pa.DataType) -> BVType:
