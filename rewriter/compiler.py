@@ -49,7 +49,9 @@ class Decided:
     ``spent`` the ε that estimate took; ``groups``: MAX_GROUPS chosen by MAX_GROUPS AUTO;
     ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
     (by SQL) whose bounds no estimate supported, or whose AUTO cap the data were too few to
-    locate, so that their answers are flagged.
+    locate, so that their answers are flagged; ``blind``: those of them whose bounds the
+    data did not set at all (no bin of either side showed units), whose answers are
+    withheld (NULL, flagged).
     """
 
     bounds: Mapping[str, Bounds] = field(default_factory=dict)
@@ -57,6 +59,7 @@ class Decided:
     groups: int | None = None
     caps: Mapping[str, int] | None = None
     guessed: frozenset[str] = frozenset()
+    blind: frozenset[str] = frozenset()
 
     def as_json(self) -> str:
         """What a stored answer keeps, to be compiled again with ``from_json``."""
@@ -67,6 +70,7 @@ class Decided:
                 "groups": self.groups,
                 "caps": self.caps,
                 "guessed": sorted(self.guessed),
+                "blind": sorted(self.blind),
             }
         )
 
@@ -79,6 +83,7 @@ class Decided:
             groups=decided.get("groups"),
             caps=decided["caps"],
             guessed=frozenset(decided.get("guessed", ())),
+            blind=frozenset(decided.get("blind", ())),
         )
 
 

@@ -91,7 +91,7 @@ def balanced_bounds(
         )
         for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:]))
     )
-    return EstimatedBounds(0.0 - low, high, extremes.guessed)
+    return EstimatedBounds(0.0 - low, high, extremes.guessed, extremes.blind)
 
 
 def noisy_row_weights(
@@ -225,4 +225,6 @@ def spread_bounds(
     bound = bias + bias_sd
     best = int(np.argmin(bound + noise))
     guessed = extremes.guessed or bool(bound[best] > BIAS_FLAG * noise[best])
-    return EstimatedBounds(0.0 - float(low[best, 0]), float(high[best, 0]), guessed)
+    return EstimatedBounds(
+        0.0 - float(low[best, 0]), float(high[best, 0]), guessed, extremes.blind
+    )

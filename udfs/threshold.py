@@ -260,11 +260,14 @@ def bulk_top(
 
 
 class EstimatedBounds(NamedTuple):
-    """Bounds estimated by ``magnitude_bounds``; ``guessed`` when no bin passed its threshold."""
+    """Bounds estimated by ``magnitude_bounds``; ``guessed`` when no bin passed its threshold,
+    ``blind`` when, beyond that, neither side showed units at all (its bounds are the
+    largest noise, not the data's: the answer is withheld, docs/query-language.md)."""
 
     low: float
     high: float
     guessed: bool
+    blind: bool = False
 
 
 def magnitude_bounds(
@@ -288,8 +291,9 @@ def magnitude_bounds(
     their top, and the bounds say they were ``guessed``. If neither side has a
     bin that passes (ε·n too small to tell), the bin with the largest noisy count on
     either side sets that side's magnitude, the other side staying at 0, and the bounds
-    say they were ``guessed``: the answer is then flagged, since values may be clamped far
-    from where they lie. Every candidate is above 0, so the bounds are never [0, 0].
+    say they were ``guessed`` and ``blind``: the bounds are then the noise's, not the data's,
+    and the answer is withheld (NULL, flagged) rather than shown. Every candidate is
+    above 0, so the bounds are never [0, 0].
     ``above[j]`` (``below[j]``) is how many units have a value above ``magnitudes[j]``
     (below −``magnitudes[j]``).
 
@@ -310,11 +314,12 @@ def magnitude_bounds(
     for side, noisy in enumerate(sides):
         if not found[side] and (top := _units_shown_up_to(noisy, side_epsilon)):
             found[side], guessed = top, True
-    if not any(found):
+    blind = not any(found)
+    if blind:
         side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
         found[side], guessed = j + 1, True
     low, high = (magnitudes[j] for j in found)
-    return EstimatedBounds(0.0 - low, high, guessed)
+    return EstimatedBounds(0.0 - low, high, guessed, blind)
 
 
 def magnitude_histogram(exceedances: Sequence[int]) -> list[int]:
@@ -386,6 +391,10 @@ def noisy_histograms(
     return counts, sums
 
 
+BIAS_DEVIATIONS = 2.0
+"""The variance rule's bias bound: the estimate plus this many standard deviations."""
+
+
 def variance_threshold(
     candidates: Sequence[int],
     units: int,
@@ -454,7 +463,7 @@ def variance_threshold(
         shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]
         bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / bound
         deviation = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
-        return abs(bias) + 2 * deviation
+        return abs(bias) + BIAS_DEVIATIONS * deviation
 
     def error(h: int) -> float:
         kept_weight = sum(n * min(h, s) for s, n in buckets)
