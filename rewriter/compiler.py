@@ -50,7 +50,7 @@ class Decided:
     ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
     (by SQL) whose bounds no estimate supported, or whose AUTO cap the data were too few to
     locate, so that their answers are flagged; ``blind``: those of them whose bounds the
-    data did not set at all (no bin of either side showed units), whose answers are
+    extremes' search guessed (``udfs.EstimatedBounds.blind``), whose answers are
     withheld (NULL, flagged).
     """
 
