@@ -225,6 +225,4 @@ def spread_bounds(
     bound = bias + bias_sd
     best = int(np.argmin(bound + noise))
     guessed = extremes.guessed or bool(bound[best] > BIAS_FLAG * noise[best])
-    return EstimatedBounds(
-        0.0 - float(low[best, 0]), float(high[best, 0]), guessed, extremes.blind
-    )
+    return EstimatedBounds(0.0 - float(low[best, 0]), float(high[best, 0]), guessed, extremes.blind)
