@@ -581,7 +581,7 @@ class Session:
         per-unit extremes, tightened for a sum, mean or spread from its rows' weighted
         values (``udfs.noisy_row_weights``, released once per argument, then
         ``udfs.balanced_bounds`` or ``udfs.spread_bounds``), the aggregates whose bounds
-        were guessed, and those whose extremes' search guessed (``blind``: withheld).
+        were guessed, and those no bin of the extremes supported (``blind``: withheld).
         Aggregates of the same argument share one estimate, made with the ε
         parts they would have spent apart (one unit moves each count by at most 1, the
         weights by 2**ROW_WEIGHT_BITS)."""

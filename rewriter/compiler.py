@@ -49,8 +49,8 @@ class Decided:
     ``spent`` the ε that estimate took; ``groups``: MAX_GROUPS chosen by MAX_GROUPS AUTO;
     ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
     (by SQL) whose bounds no estimate supported, or whose AUTO cap the data were too few to
-    locate, so that their answers are flagged; ``blind``: those of them whose bounds the
-    extremes' search guessed (``udfs.EstimatedBounds.blind``), whose answers are
+    locate, so that their answers are flagged; ``blind``: those of them whose bounds no
+    bin of the extremes' search supported (``udfs.EstimatedBounds.blind``), whose answers are
     withheld (NULL, flagged).
     """
 

