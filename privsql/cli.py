@@ -160,9 +160,12 @@ FLAG = "⚠"
 
 
 def flagged_interval(cell: tuple[str, str], flagged: bool | None) -> tuple[str, str]:
-    """A formatted (value, interval) with FLAG after the interval when ``flagged``."""
+    """A formatted (value, interval) with FLAG after the interval when ``flagged`` (after
+    the value when it has none: a withheld answer reads ``NULL ⚠``)."""
     value, interval = cell
-    return (value, f"{interval} {FLAG}") if flagged and interval else cell
+    if not flagged:
+        return cell
+    return (value, f"{interval} {FLAG}") if interval else (value, FLAG)
 
 
 def _columns(result: Result, alpha: float) -> list[Column]:

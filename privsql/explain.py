@@ -97,7 +97,7 @@ class Explanation:
             if b.get("bounds_estimated"):
                 lines.append(
                     f"  bounds: estimated privately for {', '.join(b['bounds_estimated'])}, "
-                    f"ε = {b['bounds_epsilon']:g}"
+                    f"ε = {b['bounds_epsilon']:g} (NULL, flagged, where the data cannot set them)"
                 )
             if b.get("search"):
                 lines.append(

@@ -49,6 +49,9 @@ class Result:
     ``epsilon`` is what this answer cost (0 when it was a stored answer or read only
     public data). ``accuracy(alpha)`` gives, per noisy cell, the half-width w such
     that the noise moved the cell by more than w with probability at most alpha.
+    ``withheld`` outputs are NULL in every row, flagged, with no interval: the data could
+    not set their bounds at this ε (a blind bounds search), so a value would be noise
+    clamped to a range the data never showed (docs/query-language.md, "No answer").
     """
 
     def __init__(
@@ -64,7 +67,12 @@ class Result:
         ranges: Mapping[str, Range] | None = None,
         clamped: bool = False,
         guessed: frozenset[str] = frozenset(),
+        withheld: frozenset[str] = frozenset(),
     ) -> None:
+        for name in withheld:
+            position = table.schema.get_field_index(name)
+            field = table.field(name)
+            table = table.set_column(position, field, pa.nulls(table.num_rows, field.type))
         self._table = table
         self.epsilon = epsilon
         self.delta = delta
@@ -78,6 +86,7 @@ class Result:
         self._guessed = guessed
         """Outputs whose bounds BOUND AUTO guessed, or whose AUTO cap's search was blind:
         flagged in every cell."""
+        self._withheld = withheld
         """Whether the released values were moved into their known ranges (``clamp``)."""
 
     @property
@@ -142,6 +151,7 @@ class Result:
             ranges=self._ranges,
             clamped=True,
             guessed=self._guessed,
+            withheld=self._withheld,
         )
 
     def noisy_columns(self, alpha: float = ALPHA) -> list[str]:
@@ -175,7 +185,7 @@ class Result:
         rows = self._table.num_rows
         columns = {}
         for name in self.columns:
-            width = self._half_widths.get(name)
+            width = None if name in self._withheld else self._half_widths.get(name)
             values = width(alpha) if width else None
             columns[name] = values if values is not None else pa.nulls(rows, pa.float64())
         return pa.table(columns)
@@ -210,6 +220,9 @@ class Result:
         columns = {}
         for name in self.columns:
             width = widths.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+            if name in self._withheld:
+                columns[name] = pa.array([True] * len(width), pa.bool_())
+                continue
             if name in self._guessed:
                 columns[name] = pa.array([None if np.isnan(w) else True for w in width])
                 continue
@@ -254,6 +267,13 @@ class Result:
                 lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
         if not flagged:
             return None
+        withheld = [name for name in self.columns if name in self._withheld]
+        if withheld:
+            return (
+                f"⚠ no answer for {', '.join(withheld)} at this ε (NULL): the data could not "
+                "set the bounds, so a value would be noise clamped to a range the data never "
+                "showed: raise ε or add CLAMPED BETWEEN"
+            )
         guessed = [name for name in self.columns if name in self._guessed]
         if guessed:
             return (

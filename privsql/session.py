@@ -313,8 +313,14 @@ class Session:
         table = post_process(parts.final, released.table, parts.selected).replace_schema_metadata(
             released.table.schema.metadata
         )
-        guessed = released.compiled.decided.guessed
-        return self._result(table, query_plan, cached=not released.fresh, guessed=guessed)
+        decided = released.compiled.decided
+        return self._result(
+            table,
+            query_plan,
+            cached=not released.fresh,
+            guessed=decided.guessed,
+            blind=decided.blind,
+        )
 
     def _watched(self, work: Callable[[], T]) -> T:
         """``work()``, with a progress bar if it runs long (``connect(progress=...)``); only
@@ -530,8 +536,9 @@ class Session:
     def _decide(self, search: Search, summary: Sequence[int], decided: Decided) -> Decided:
         """The decisions after ``search``'s, made with noise from its ``summary``."""
         if search.estimating is not None:
-            bounds, guessed = self._bounds(search.estimating, summary)
-            return replace(decided, bounds=bounds, guessed=guessed, spent=search.estimating.epsilon)
+            bounds, guessed, blind = self._bounds(search.estimating, summary)
+            spent = search.estimating.epsilon
+            return replace(decided, bounds=bounds, guessed=guessed, blind=blind, spent=spent)
         assert search.plan is not None
         if search.step == "groups":
             counts = group_counts(search.plan)
@@ -569,12 +576,13 @@ class Session:
 
     def _bounds(
         self, search: BoundsSearch, summary: Sequence[int]
-    ) -> tuple[dict[str, Bounds], frozenset[str]]:
+    ) -> tuple[dict[str, Bounds], frozenset[str], frozenset[str]]:
         """Each aggregate's (low, high) by ``udfs.magnitude_bounds`` on its argument's
         per-unit extremes, tightened for a sum, mean or spread from its rows' weighted
         values (``udfs.noisy_row_weights``, released once per argument, then
-        ``udfs.balanced_bounds`` or ``udfs.spread_bounds``), and the aggregates whose bounds
-        were guessed. Aggregates of the same argument share one estimate, made with the ε
+        ``udfs.balanced_bounds`` or ``udfs.spread_bounds``), the aggregates whose bounds
+        were guessed, and those no bin of the extremes supported (``blind``: withheld).
+        Aggregates of the same argument share one estimate, made with the ε
         parts they would have spent apart (one unit moves each count by at most 1, the
         weights by 2**ROW_WEIGHT_BITS)."""
         width = len(MAGNITUDES)
@@ -582,7 +590,7 @@ class Session:
         for i, aggregate in enumerate(search.aggregates):
             shares.setdefault(to_sql(aggregate.argument), []).append(i)
         tightened = [search.tightened(a) for a in search.aggregates]
-        found, guessed = {}, set()
+        found, guessed, blind = {}, set(), set()
         for positions in shares.values():
             i = positions[0]
             weights = 2 * len(search.aggregates)  # the counts of every argument come first
@@ -619,7 +627,9 @@ class Session:
                 found[key] = (chosen.low, chosen.high)
                 if chosen.guessed:
                     guessed.add(key)
-        return found, frozenset(guessed)
+                if chosen.blind:
+                    blind.add(key)
+        return found, frozenset(guessed), frozenset(blind)
 
     def _threshold_summary(self, query_plan: Plan) -> tuple[int, ...]:
         """The per-unit summary an AUTO threshold search is made from (``threshold_sql``)."""
@@ -671,7 +681,13 @@ class Session:
         return caps, frozenset(blind)
 
     def _result(
-        self, table: pa.Table, query_plan: Plan, *, cached: bool, guessed: frozenset[str]
+        self,
+        table: pa.Table,
+        query_plan: Plan,
+        *,
+        cached: bool,
+        guessed: frozenset[str],
+        blind: frozenset[str],
     ) -> Result:
         support = [c for c in table.column_names if c.startswith(SUPPORT_PREFIX)]
         visible = table.drop_columns(support)
@@ -688,6 +704,7 @@ class Session:
             check=bounding_check(query_plan, table),
             ranges=ranges(query_plan),
             guessed=guessed_outputs(query_plan, guessed),
+            withheld=guessed_outputs(query_plan, blind),
             threshold=None
             if (p := query_plan.partition) is None
             else udfs.partition_threshold(p.max_groups, p.epsilon, p.delta),
@@ -751,6 +768,7 @@ def _respelt(analysis: Analysis, decided: Decided, *, stored: bool) -> Decided:
         decided,
         bounds={new: decided.bounds[old] for old, new in pairs if old in decided.bounds},
         guessed=frozenset(new for old, new in pairs if old in decided.guessed),
+        blind=frozenset(new for old, new in pairs if old in decided.blind),
     )
 
 

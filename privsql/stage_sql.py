@@ -39,6 +39,8 @@ LEGEND = {
 Stage = tuple[str, str]
 """What a statement is for, and its SQL."""
 
+GROUPS_STAGE = "the number of groups each unit touches, from which MAX_GROUPS is chosen privately"
+
 
 def stage_sql(analysis: Analysis, *, epsilon: float, delta: float, functions: Functions) -> str:
     """Every statement the query runs, numbered and labelled when there are several; one
@@ -76,7 +78,8 @@ def stage_sql(analysis: Analysis, *, epsilon: float, delta: float, functions: Fu
         bounds_sql(analysis, arguments, MAGNITUDES),
     )
     marked = [(label, _mark(sql, m)) for (label, sql), m in zip(found, marks, strict=True)]
-    return _numbered([extremes, *marked], notes)
+    first = 1 if marked[0][0] == GROUPS_STAGE else 0  # MAX_GROUPS AUTO runs before the bounds
+    return _numbered([*marked[:first], extremes, *marked[first:]], notes)
 
 
 def _stages(
@@ -86,12 +89,7 @@ def _stages(
     query_plan = plan(analysis, epsilon=epsilon, delta=delta, spent=spent)
     found = []
     if query_plan.group_search is not None:
-        found.append(
-            (
-                "the number of groups each unit touches, from which MAX_GROUPS is chosen privately",
-                groups_sql(query_plan),
-            )
-        )
+        found.append((GROUPS_STAGE, groups_sql(query_plan)))
         query_plan = plan(
             analysis,
             epsilon=epsilon,

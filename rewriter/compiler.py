@@ -2,8 +2,8 @@
 in, the next statement to run out.
 
 A private query is compiled in steps, because some of its parameters are decided privately
-from the data (SPEC section 5): bounds that BOUND AUTO left to estimate, then MAX_GROUPS
-AUTO, then the AUTO row or weight caps. Each step is a *search*: a statement whose single
+from the data (SPEC section 5): MAX_GROUPS AUTO, then bounds that BOUND AUTO left to
+estimate, then the AUTO row or weight caps. Each step is a *search*: a statement whose single
 summary (per-unit aggregates, never rows) a noisy decision is made from by the caller,
 who knows the noise (the rewriter does not). ``compile_query`` takes the decisions made so far
 as data (``Decided``) and returns either the next search or, once nothing is left to
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from rewriter.analyze import Analysis
 from rewriter.catalog import Bounds
+from rewriter.dialect import to_sql
 from rewriter.generate import (
     Functions,
     Sources,
@@ -49,7 +50,9 @@ class Decided:
     ``spent`` the ε that estimate took; ``groups``: MAX_GROUPS chosen by MAX_GROUPS AUTO;
     ``caps``: the AUTO caps, one per rule (``Plan.caps``); ``guessed``: the aggregates
     (by SQL) whose bounds no estimate supported, or whose AUTO cap the data were too few to
-    locate, so that their answers are flagged.
+    locate, so that their answers are flagged; ``blind``: those of them whose bounds no
+    bin of the extremes' search supported (``udfs.EstimatedBounds.blind``), whose answers are
+    withheld (NULL, flagged).
     """
 
     bounds: Mapping[str, Bounds] = field(default_factory=dict)
@@ -57,6 +60,7 @@ class Decided:
     groups: int | None = None
     caps: Mapping[str, int] | None = None
     guessed: frozenset[str] = frozenset()
+    blind: frozenset[str] = frozenset()
 
     def as_json(self) -> str:
         """What a stored answer keeps, to be compiled again with ``from_json``."""
@@ -67,6 +71,7 @@ class Decided:
                 "groups": self.groups,
                 "caps": self.caps,
                 "guessed": sorted(self.guessed),
+                "blind": sorted(self.blind),
             }
         )
 
@@ -79,6 +84,7 @@ class Decided:
             groups=decided.get("groups"),
             caps=decided["caps"],
             guessed=frozenset(decided.get("guessed", ())),
+            blind=frozenset(decided.get("blind", ())),
         )
 
 
@@ -151,7 +157,17 @@ def compile_query(
     left to decide; ``epsilon`` and ``delta`` are the session's defaults. ``sources`` keeps
     the rendered ``__source`` stages for the compilation's next steps (``compile_all``)."""
     decided = decided or Decided()
-    estimating = bounds_search(analysis, epsilon=epsilon)
+    estimating = bounds_search(analysis, epsilon=epsilon, groups=decided.groups)
+    if estimating is not None and not decided.bounds and decided.groups is None:
+        # MAX_GROUPS AUTO first: the groups a unit touches do not depend on the bounds, and
+        # the bounds' balance of bias against noise does depend on MAX_GROUPS.
+        unknown = {to_sql(a.node): (0.0, 1.0) for a in estimating.aggregates}
+        provisional = plan(
+            analysis.with_bounds(unknown), epsilon=epsilon, delta=delta, spent=estimating.epsilon
+        )
+        if provisional.group_search is not None:
+            search = groups_search(provisional, sources)
+            return Compiled(analysis, decided, provisional, search, None)
     if estimating is not None and not decided.bounds:
         arguments = [a.argument for a in estimating.aggregates]
         search = Search(

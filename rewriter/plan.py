@@ -466,9 +466,10 @@ class BoundsSearch:
     noise of the range (``udfs.tightened_bounds``, ``udfs.spread_bounds``), with an equal
     part of ``weights_epsilon``. ``release_epsilon`` is about the ε each aggregate's
     release gets, and ``noise_factor`` how many times a row's range its noise carries per
-    row of a mean unit (CAP_RATIO times the released groups times MAX_GROUPS, when the
-    query sets it); ``spread_factor`` is the same for a spread, with MAX_GROUPS, when the
-    query leaves it to MAX_GROUPS AUTO, taken as every released group (its most)."""
+    row of a mean unit (CAP_RATIO times the released groups times MAX_GROUPS, as the query
+    sets it or MAX_GROUPS AUTO chose it, which runs first; 1 while unknown, as in
+    ``explain``); ``spread_factor`` is the same for a spread, with an unknown MAX_GROUPS
+    taken as every released group (its most)."""
 
     aggregates: tuple[Aggregate, ...]
     extremes_epsilon: float
@@ -496,10 +497,16 @@ TIGHTENED = (Form.SUM, Form.MEAN, Form.SPREAD)
 """The forms whose missing bounds the rows' histogram tightens."""
 
 
-def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
-    """What estimating the analysis's missing bounds takes; ``epsilon`` is the session default.
+def bounds_search(
+    analysis: Analysis, *, epsilon: float, groups: int | None = None
+) -> BoundsSearch | None:
+    """What estimating the analysis's missing bounds takes; ``epsilon`` is the session default,
+    ``groups`` MAX_GROUPS when MAX_GROUPS AUTO has chosen it.
 
-    The release's ε is estimated as ``plan`` will share it with every AUTO search on.
+    The release's ε is estimated as ``plan`` will share it with every AUTO search on. A
+    range's noise grows with MAX_GROUPS (docs/utility.md §18: per origin, MAX_GROUPS 3 taken
+    as 1 left the mean delay's bounds at 512 where 256 halves its noise for a bias of ~1
+    minute), so it is weighed with the chosen one when there is one.
     """
     if not analysis.unbounded:
         return None
@@ -515,8 +522,8 @@ def bounds_search(analysis: Analysis, *, epsilon: float) -> BoundsSearch | None:
         total * BOUNDS_SHARE,
         total * weights,
         total * (1 - searches) / shares,
-        CAP_RATIO * public * (analysis.options.max_groups or 1),
-        CAP_RATIO * public * (analysis.options.max_groups or public),
+        CAP_RATIO * public * (analysis.options.max_groups or groups or 1),
+        CAP_RATIO * public * (analysis.options.max_groups or groups or public),
     )
 
 

@@ -468,8 +468,8 @@ def test_bounds_search(extremes, weaken):
 
     def sample(neighbour: bool, n: int) -> list[list[float]]:
         def one() -> list[float]:
-            bounds, guessed = db._bounds(search, summaries[neighbour])
-            return [*next(iter(bounds.values())), float(bool(guessed))]
+            bounds, guessed, blind = db._bounds(search, summaries[neighbour])
+            return [*next(iter(bounds.values())), float(bool(guessed)), float(bool(blind))]
 
         return [one() for _ in range(n)]
 

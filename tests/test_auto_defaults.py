@@ -375,7 +375,9 @@ def test_default_spread_bounds_fit_the_spread(con):
     own error ((−32, 256) at ε = 10): over 8 runs the median relative error is below 45%
     for VARIANCE (measured 31%, of which clamping at 256 costs 13%) and 20% for STDDEV
     (7%). At ε = 1 no bounds give a precise answer (the best trade-off still loses 40–70%
-    to clamping or noise): every cell is covered by its interval or flagged."""
+    to clamping or noise): every cell is covered by its interval, flagged or withheld (the
+    bias bound at the bounds that keep the noise in check reaches the most any variance
+    within them can be, issue 12); at ε = 10 none is withheld."""
     rows = con.sql(
         "SELECT (month + 2) // 3, var_samp(dep_delay), stddev_samp(dep_delay) "
         "FROM flights GROUP BY 1"
@@ -397,6 +399,9 @@ def test_default_spread_bounds_fit_the_spread(con):
             flags = result.flags().to_pylist()
             for row, width, flag in zip(values, widths, flags, strict=True):
                 for name in ("v", "s"):
+                    if row[name] is None:  # withheld (test_withheld.py): flagged, no value
+                        assert epsilon == 1.0 and flag[name], (epsilon, row)
+                        continue
                     error = abs(row[name] - truth[row["quarter"]][name])
                     errors[epsilon][name].append(error / truth[row["quarter"]][name])
                     dishonest += epsilon == 1.0 and not (error <= width[name] or flag[name])

@@ -30,7 +30,7 @@ def placeholder(search: Search, decided: Decided) -> Decided:
     if search.step == "bounds":
         assert search.estimating is not None
         bounds = {agg: (0.0, 100.0) for agg in _bounded(search)}
-        return Decided(bounds=bounds, spent=search.estimating.epsilon)
+        return Decided(bounds=bounds, spent=search.estimating.epsilon, groups=decided.groups)
     if search.step == "groups":
         return Decided(decided.bounds, decided.spent, groups=3)
     return Decided(decided.bounds, decided.spent, decided.groups, caps={"rank": 7, "variance": 4})
@@ -47,11 +47,11 @@ def _bounded(search: Search) -> list[str]:
         ("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS 3", []),
         ("SELECT COUNT(*) FROM t PRIVACY_UNIT uid BOUND ROWS AUTO", ["threshold"]),
         ("SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 2", ["groups"]),
-        ("SELECT g, SUM(v) FROM t GROUP BY g PRIVACY_UNIT uid", ["bounds", "groups", "threshold"]),
+        ("SELECT g, SUM(v) FROM t GROUP BY g PRIVACY_UNIT uid", ["groups", "bounds", "threshold"]),
         ("SELECT AVG(v) FROM t PRIVACY_UNIT uid BOUND AUTO", ["bounds", "threshold"]),
     ],
 )
-def test_searches_come_bounds_then_groups_then_caps(db, query, steps):
+def test_searches_come_groups_then_bounds_then_caps(db, query, steps):
     analysis = analyze(query, db._catalog(), {"g": list(range(5))} if "GROUP" in query else None)
     final, searches = compile_all(analysis, **SETTINGS, decide=placeholder)
     assert [s.step for s in searches] == steps

@@ -113,7 +113,7 @@ def placeholder(search: Search, decided: Decided) -> Decided:
     if search.step == "bounds":
         assert search.estimating is not None
         bounds = {to_sql(a.node): (0.0, 10.0) for a in search.estimating.aggregates}
-        return Decided(bounds=bounds, spent=search.estimating.epsilon)
+        return Decided(bounds=bounds, spent=search.estimating.epsilon, groups=decided.groups)
     if search.step == "groups":
         return Decided(decided.bounds, decided.spent, groups=2)
     assert search.plan is not None and search.plan.search is not None

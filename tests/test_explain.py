@@ -129,8 +129,8 @@ def test_an_auto_plan_shows_every_statement_it_runs(flights_db):
     sql = flights_db.explain(AUTO_EVERYTHING).sql
     labels = [line for line in sql.splitlines() if line[:5] in {f"-- {i}." for i in range(9)}]
     assert [label.split(". ")[1].split(",")[0] for label in labels] == [
-        "per-unit extremes",
         "the number of groups each unit touches",
+        "per-unit extremes",
         "per-unit summary from which the cap is chosen privately:",
         "the release:",
     ]

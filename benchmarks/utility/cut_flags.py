@@ -10,7 +10,9 @@ as a user passes them with ``keys=``). Per shape and ε, over repetitions, the s
 * ``flagged``: ``Result.flags`` marks it (``flagged_covered``: of the covered cells);
 * ``miss``: neither covered nor flagged — confidently wrong (``miss_low``: of them, those
   whose truth lies above the interval, the side bounding's bias of a count or a SUM of
-  non-negative values falls on; noise alone misses 2.5% on each side).
+  non-negative values falls on; noise alone misses 2.5% on each side);
+* ``withheld``: NULL (flagged, no interval) because the data could not set the bounds;
+* ``error``, ``width``: the median relative error and 95% half-width of the cells shown.
 
     python benchmarks/utility/cut_flags.py [--quick] [--reps 20] [--label after]
 
@@ -59,15 +61,23 @@ def truth(con, group: str | None, function: str) -> pd.Series:
     return frame.set_index("g").x.astype(float)
 
 
-def cells(result, exact: pd.Series, group: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cells(result, exact: pd.Series, group: str | None) -> tuple[np.ndarray, ...]:
     """Per released cell: whether its 95% interval covers the truth, whether it is flagged,
-    and whether the truth lies above the interval."""
+    whether the truth lies above the interval, and its relative error and half-width (NaN
+    when withheld)."""
     frame = result.df()
     width = result.accuracy().column("x").to_numpy(zero_copy_only=False).astype(float)
     flags = np.array([bool(f) for f in result.flags().column("x").to_pylist()])
     expected = exact.reindex(frame[group]).fillna(0.0).to_numpy() if group else exact.to_numpy()
     released = frame.x.to_numpy(dtype=float)
-    return np.abs(released - expected) <= width, flags, expected - released > width
+    scale = np.abs(expected)
+    return (
+        np.abs(released - expected) <= width,
+        flags,
+        expected - released > width,
+        np.abs(released - expected) / scale,
+        width / scale,
+    )
 
 
 def run(con, reps: int, seed: int, epsilons=EPSILONS, shapes_=SHAPES) -> pd.DataFrame:
@@ -77,13 +87,10 @@ def run(con, reps: int, seed: int, epsilons=EPSILONS, shapes_=SHAPES) -> pd.Data
         exact = truth(con, group, function)
         runner = c.Runner(db, keys={group: sorted(exact.index)} if group else None)
         for eps in epsilons:
-            hits, flags, lows = [], [], []
-            for _ in range(reps):
-                hit, flag, low = cells(runner.run(query(group, aggregate), eps), exact, group)
-                hits.append(hit)
-                flags.append(flag)
-                lows.append(low)
-            hit, flag, low = np.concatenate(hits), np.concatenate(flags), np.concatenate(lows)
+            sql = query(group, aggregate)
+            parts = [cells(runner.run(sql, eps), exact, group) for _ in range(reps)]
+            hit, flag, low, error, width = (np.concatenate(p) for p in zip(*parts, strict=True))
+            shown = ~np.isnan(error)
             row = dict(
                 shape=name,
                 epsilon=eps,
@@ -93,6 +100,9 @@ def run(con, reps: int, seed: int, epsilons=EPSILONS, shapes_=SHAPES) -> pd.Data
                 flagged_covered=float((flag & hit).sum() / max(hit.sum(), 1)),
                 miss=float((~hit & ~flag).mean()),
                 miss_low=float((low & ~flag).mean()),
+                withheld=float((~shown).mean()),
+                error=float(np.median(error[shown])) if shown.any() else np.nan,
+                width=float(np.median(width[shown])) if shown.any() else np.nan,
             )
             rows.append(row)
             print(row, flush=True)
