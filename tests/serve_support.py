@@ -108,8 +108,11 @@ class ServerProcess:
 class RawClient:
     """Protocol 3.0 by hand: start-up, SCRAM, and any message, well-formed or not."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
+    def __init__(self, host: str, port: int, source: str | None = None) -> None:
+        """Connected to ``host``; from the loopback address ``source`` if given (any of
+        127.0.0.0/8 reaches a server on 127.0.0.1)."""
+        address = None if source is None else (source, 0)
+        self.sock = socket.create_connection((host, port), timeout=10, source_address=address)
 
     def startup(self, user: str) -> None:
         body = struct.pack("!I", 196608) + b"user\x00" + user.encode() + b"\x00\x00"

@@ -185,6 +185,38 @@ def test_a_silent_client_is_dropped_after_the_start_up_deadline(server, monkeypa
     client.close()
 
 
+def test_silent_clients_of_one_address_leave_others_signing_in(server, monkeypatch):
+    """A client with no password that reopened each connection the start-up deadline
+    ended kept all 256 slots full: every analyst was refused (red team 32). Clients in
+    their start-up are capped per network address; another address signs in."""
+    monkeypatch.setattr(wire, "MAX_STARTING_PER_ADDRESS", 4)
+    silent = [RawClient(server.host, server.port, source="127.0.0.1") for _ in range(4)]
+    time.sleep(0.3)  # the server has counted them
+    refused = RawClient(server.host, server.port, source="127.0.0.1")
+    answer = refused.receive()
+    assert answer is not None and answer[0] == b"E" and b"too many clients" in answer[1]
+    elsewhere = RawClient(server.host, server.port, source="127.0.0.2")
+    assert elsewhere.login("bob", ANALYSTS["bob"])[-1][0] == b"Z"
+    for client in (*silent, refused, elsewhere):
+        client.close()
+
+
+def test_one_analysts_connections_leave_others_signing_in(server, monkeypatch):
+    """256 idle signed-in connections of one analyst held every other analyst out, free
+    (red team 32): each analyst has at most ``MAX_PER_ANALYST`` connections at once."""
+    monkeypatch.setattr(wire, "MAX_PER_ANALYST", 3)
+    alice = [psycopg.connect(dsn(server.host, server.port), autocommit=True) for _ in range(3)]
+    with pytest.raises(psycopg.OperationalError, match="too many clients"):
+        psycopg.connect(dsn(server.host, server.port), autocommit=True)
+    with psycopg.connect(dsn(server.host, server.port, "bob"), autocommit=True) as bob:
+        assert bob.execute("SELECT COUNT(*) FROM airlines").fetchall() == [(16,)]
+    alice.pop().close()
+    time.sleep(0.3)  # the server has counted it out
+    alice.append(psycopg.connect(dsn(server.host, server.port), autocommit=True))
+    for con in alice:
+        con.close()
+
+
 def test_a_client_trickling_its_start_up_is_dropped_at_the_deadline(server, monkeypatch):
     """The deadline is for the whole exchange, not for each read: a byte every 0.3 s kept
     a connection for hours, and 256 such kept every analyst out (red team 24)."""
@@ -341,6 +373,19 @@ def test_answers_python_cannot_hold_are_sent_as_text(server):
             assert [d for d, _ in rows] == ["2013000-01-01"] * len(rows), rows
         public = "SELECT make_date(20130, 1, 1) AS d, carrier FROM airlines LIMIT 1"
         assert con.execute(public).fetchall()[0][0] == "20130-01-01"
+
+
+def test_a_catalog_query_building_huge_strings_is_refused(server):
+    """DuckDB's memory limit leaves out the strings an expression builds: a free catalog
+    query took its mirror to 3 GB for 5 s, again and again (red team 32). The mirror's
+    address space is capped (``mirror_worker.ADDRESS_SPACE``)."""
+    huge = "SELECT length(repeat(repeat('x', 100000000), 40)) AS n"
+    with psycopg.connect(dsn(server.host, server.port), autocommit=True) as con:
+        started = time.monotonic()
+        with pytest.raises(psycopg.Error, match=r"(?i)memory"):
+            con.execute(huge)
+        assert time.monotonic() - started < 4  # refused, not stopped at the time limit
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
 
 
 def test_describing_a_prepared_statement_runs_nothing(server, database):

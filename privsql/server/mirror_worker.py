@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import struct
 import sys
 from typing import BinaryIO
@@ -31,6 +32,10 @@ _LENGTH = struct.Struct(">I")
 LIMITS = {"threads": 1, "memory_limit": "'256MB'"}
 """DuckDB settings of the mirror: a catalog query needs little (red team 31 took one to
 3.75 GB in its time limit)."""
+
+ADDRESS_SPACE = 2 * 2**30
+"""The process's address-space limit: DuckDB's memory limit leaves out the strings an
+expression builds (``repeat(repeat('x', 1e8), 40)`` took a mirror to 3 GB, red team 32)."""
 
 ANSWER_LIMIT = 16 * 2**20
 """The most bytes of Arrow an answer may hold: catalogs are small, and a large answer
@@ -71,6 +76,7 @@ def main() -> None:
     set_up = read_frame(requests)
     if set_up is None:
         return
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
     con = duckdb.connect(":memory:")
     for statement in json.loads(set_up):
         con.execute(statement)

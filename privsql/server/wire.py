@@ -25,6 +25,7 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 
 from buenavista.core import BVType
 from buenavista.postgres import (
@@ -54,7 +55,16 @@ MAX_STARTUP = 10_000
 STARTUP_TIMEOUT = 10.0
 """Seconds a client has to finish the start-up and authentication exchange."""
 MAX_CONNECTIONS = 256
-"""Clients connected at once; more are refused with SQLSTATE 53300."""
+"""Signed-in clients at once; more are refused with SQLSTATE 53300."""
+MAX_PER_ANALYST = 32
+"""Signed-in clients of one analyst at once: 256 idle connections of one analyst held every
+other analyst out, free (red team 32)."""
+MAX_STARTING = 128
+"""Clients still in their start-up exchange (not signed in) at once."""
+MAX_STARTING_PER_ADDRESS = 16
+"""Clients of one network address in their start-up exchange at once: a client with no
+password that reopened each connection the start-up deadline ended kept all 256 slots
+full (red team 32); now it holds its address's 16, and clients elsewhere sign in."""
 PROTOCOL_3 = 196608
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
@@ -79,8 +89,9 @@ class Handler(BuenaVistaHandler):
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.request.settimeout(STARTUP_TIMEOUT)
         self.r = BVBuffer(self.rfile)
-        ctx, analyst = None, ""
-        if not self.server.admit(self.request):
+        ctx, analyst, signed_in = None, "", False
+        address = self.client_address[0] if self.client_address else ""
+        if not self.server.admit(self.request, address):
             self._error(sqlstate.TOO_MANY_CONNECTIONS, "too many clients already")
             return
         # The timeout bounds each read; the deadline the whole exchange: a client sending a
@@ -97,6 +108,9 @@ class Handler(BuenaVistaHandler):
             if not deadline.is_alive():
                 return  # expired while authenticating: the socket is shut
             deadline.cancel()
+            signed_in = self.server.sign_in(self.request, address, analyst)
+            if not signed_in:
+                raise ProtocolError(sqlstate.TOO_MANY_CONNECTIONS, "too many clients already")
             session = self.server.backend.open(analyst)
             ctx = BVContext(session, None, params)
             ctx.authenticated = True
@@ -117,7 +131,7 @@ class Handler(BuenaVistaHandler):
             deadline.cancel()
             if ctx is not None:
                 ctx.session.close()
-            self.server.leave(self.request)
+            self.server.leave(self.request, address, analyst if signed_in else None)
 
     def _expire(self) -> None:
         """End a connection whose start-up and authentication outlived STARTUP_TIMEOUT."""
@@ -335,25 +349,48 @@ class Server(BuenaVistaServer):
         super().__init__(address, None)  # type: ignore[arg-type]
         self.RequestHandlerClass = Handler
         self.backend = backend
-        self._clients = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._connected: set[socket.socket] = set()
         self._connected_lock = threading.Lock()
+        self._starting: Counter[str] = Counter()
+        self._signed_in: Counter[str] = Counter()
 
     def verify_request(self, request: socket.socket, client_address: tuple) -> bool:
         return True  # who may connect is decided by the address served on and by passwords
 
-    def admit(self, client: socket.socket) -> bool:
-        """Count a client in, unless MAX_CONNECTIONS are connected."""
-        if not self._clients.acquire(blocking=False):
-            return False
+    def admit(self, client: socket.socket, address: str) -> bool:
+        """Count a client in to its start-up exchange, unless ``MAX_STARTING`` clients, or
+        ``MAX_STARTING_PER_ADDRESS`` of its address, are in theirs."""
         with self._connected_lock:
+            starting = self._starting.total()
+            if starting >= MAX_STARTING or self._starting[address] >= MAX_STARTING_PER_ADDRESS:
+                return False
+            self._starting[address] += 1
             self._connected.add(client)
         return True
 
-    def leave(self, client: socket.socket) -> None:
+    def sign_in(self, client: socket.socket, address: str, analyst: str) -> bool:
+        """Move a client from its start-up to signed in as ``analyst``, unless
+        ``MAX_CONNECTIONS`` clients, or ``MAX_PER_ANALYST`` of the analyst's, are; a client
+        refused leaves its start-up slot too (``leave``)."""
+        with self._connected_lock:
+            self._starting[address] -= 1
+            full = self._signed_in.total() >= MAX_CONNECTIONS
+            if full or self._signed_in[analyst] >= MAX_PER_ANALYST:
+                self._starting[address] += 1  # given back by leave
+                return False
+            self._signed_in[analyst] += 1
+        return True
+
+    def leave(self, client: socket.socket, address: str, analyst: str | None) -> None:
+        """Count a client out: signed in as ``analyst``, or (None) in its start-up."""
         with self._connected_lock:
             self._connected.discard(client)
-        self._clients.release()
+            counter, key = (
+                (self._starting, address) if analyst is None else (self._signed_in, analyst)
+            )
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
 
     def disconnect_all(self, timeout: float = 10.0) -> None:
         """End every client's connection, and wait up to ``timeout`` for their handlers to
