@@ -312,6 +312,25 @@ def test_the_mirror_runs_apart_from_the_data(tmp_path: Path):
         source.close()
 
 
+def test_an_idle_analysts_mirror_is_stopped(tmp_path: Path, monkeypatch):
+    """Each analyst's mirror process holds some 100 MB: one idle past ``IDLE_LIMIT`` is
+    stopped when another analyst asks, and starts again at its analyst's next query."""
+    source = duckdb.connect(str(make_database(tmp_path / "flights.duckdb")))
+    mirror = SchemaMirror(source, "flights")
+    monkeypatch.setattr(SchemaMirror, "IDLE_LIMIT", 0.0)
+    one = parse_postgres("SELECT 1 AS one")
+    assert one is not None
+    try:
+        mirror.query(one, "alice")
+        assert mirror._processes["alice"]._process is not None
+        mirror.query(one, "bob")
+        assert mirror._processes["alice"]._process is None
+        assert mirror.query(one, "alice").to_pylist() == [{"one": 1}]
+    finally:
+        mirror.close()
+        source.close()
+
+
 ENDLESS = "SELECT COUNT(*) AS n FROM pg_catalog.generate_series(1, 100000000000) g"
 
 

@@ -153,6 +153,9 @@ class SchemaMirror:
     """
 
     TIME_LIMIT = 5.0
+    IDLE_LIMIT = 300.0
+    """Seconds after which an analyst's idle mirror process is stopped (each holds some
+    100 MB; the next catalog query starts it again)."""
 
     def __init__(self, source: duckdb.DuckDBPyConnection, name: str) -> None:
         columns = source.execute(
@@ -195,6 +198,9 @@ class SchemaMirror:
         request = _for_duckdb(statement).sql(dialect="duckdb")
         with self._lock:
             process = self._processes.setdefault(analyst, _MirrorProcess(self._set_up))
+            others = [p for p in self._processes.values() if p is not process]
+        for other in others:
+            other.stop_if_idle(self.IDLE_LIMIT)
         return process.ask(request, self.TIME_LIMIT)
 
     def close(self) -> None:
@@ -211,9 +217,11 @@ class _MirrorProcess:
         self._set_up = set_up
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self._used = time.monotonic()
 
     def ask(self, sql: str, limit: float) -> pa.Table:
         with self._lock:
+            self._used = time.monotonic()
             process = self._started()
             try:
                 assert process.stdin is not None and process.stdout is not None
@@ -229,9 +237,14 @@ class _MirrorProcess:
             raise MirrorError(payload.decode(errors="replace"))
         return pa.ipc.open_stream(payload).read_all()
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
+    def stop_if_idle(self, limit: float) -> None:
+        """Stop the process if no query ran in it for ``limit`` seconds (and none runs)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if time.monotonic() - self._used > limit:
+                    self._stop()
+            finally:
+                self._lock.release()
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
