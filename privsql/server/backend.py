@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from buenavista.backends.duckdb import to_bvtype
 from buenavista.core import BVType, QueryResult
 from buenavista.core import Session as WireSession
@@ -93,6 +94,11 @@ _SET = re.compile(
 _SHOW = re.compile(r"^show\s+(.+?)\s*$", re.IGNORECASE | re.DOTALL)
 
 
+BATCH_ROWS = 10_000
+"""Rows converted to Python objects at a time as an answer is sent: the whole answer at
+once took the server to 1.1 GB for ten million rows of one free query (red team 33)."""
+
+
 class Refusal(Exception):
     """A statement refused or failed, with its SQLSTATE and a one-line message that
     never contains private values."""
@@ -134,27 +140,44 @@ class Answer(QueryResult):
 
     def rows(self) -> Iterator[list]:
         if self._table is None:
-            return iter(())
-        columns = [column.to_pylist() for column in self._table.columns]
-        return iter([list(row) for row in zip(*columns, strict=True)])
+            return
+        for batch in self._table.to_batches(max_chunksize=BATCH_ROWS):
+            columns = [column.to_pylist() for column in batch.columns]
+            yield from (list(row) for row in zip(*columns, strict=True))
 
     def status(self) -> str:
         return self._status
 
 
 def _sendable(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """The column, or its text where Python cannot hold its values (a date past the year
-    9999, say): converting them raised while the answer was sent, which ended the client's
-    connection after the charge, and again for the stored answer (red team 31)."""
-    if not pa.types.is_temporal(column.type):
-        return column
-    try:
-        column.to_pylist()
-    except (ValueError, OverflowError, pa.ArrowException):
-        with duckdb.connect() as con:  # DuckDB's text: '2013000-01-01', 'infinity'
-            con.register("answer", pa.table({"c": column}))
-            return con.sql("SELECT CAST(c AS VARCHAR) AS c FROM answer").to_arrow_table()["c"]
+    """The column, or DuckDB's text of it where it holds structs, maps or lists other than
+    of strings, or values Python cannot hold (a date past the year 9999):
+    converting them raised while the answer was sent, which ended the client's connection
+    after the charge, and again for the stored answer (red teams 31 and 33)."""
+    if pa.types.is_nested(column.type) and not _string_array(column):
+        return _text(column)  # buenavista would write them as JSON, which fails on most
+    if pa.types.is_temporal(column.type) and column.null_count < len(column):
+        extremes = pc.min_max(column)
+        try:
+            extremes["min"].as_py(), extremes["max"].as_py()
+        except (ValueError, OverflowError, pa.ArrowException):
+            return _text(column)
     return column
+
+
+def _string_array(column: pa.ChunkedArray) -> bool:
+    """Whether buenavista writes the column as a PostgreSQL array (``{a,b}``, as psql's
+    ``\\du`` reads): lists of strings without NULLs (its integer arrays fail)."""
+    if _bvtype(column.type) != BVType.STRINGARRAY:
+        return False
+    return all(pc.list_flatten(chunk).null_count == 0 for chunk in column.chunks)
+
+
+def _text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """DuckDB's text of each value: '2013000-01-01', 'infinity', '[1, 2]', {'a': 1}."""
+    with duckdb.connect() as con:
+        con.register("answer", pa.table({"c": column}))
+        return con.sql("SELECT CAST(c AS VARCHAR) AS c FROM answer").to_arrow_table()["c"]
 
 
 def _bvtype(data_type: pa.DataType) -> BVType:

@@ -41,6 +41,10 @@ ANSWER_LIMIT = 16 * 2**20
 """The most bytes of Arrow an answer may hold: catalogs are small, and a large answer
 costs the server's memory as it is sent."""
 
+ANSWER_ROWS = 100_000
+"""The most rows an answer may have (a column of NULLs takes no bytes: red team 33 sent
+ten million rows of them)."""
+
 
 def read_frame(stream: BinaryIO) -> bytes | None:
     """The next frame's bytes, or None at the end of the stream."""
@@ -60,10 +64,12 @@ def _answer(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[int, bytes]:
     sink = pa.BufferOutputStream()
     try:
         batches = con.sql(sql).to_arrow_reader(batch_size=2048)
+        rows = 0
         with pa.ipc.new_stream(sink, batches.schema) as writer:
             for batch in batches:
                 writer.write_batch(batch)
-                if sink.tell() > ANSWER_LIMIT:
+                rows += batch.num_rows
+                if sink.tell() > ANSWER_LIMIT or rows > ANSWER_ROWS:
                     return 1, b"the catalog answer is too large"
     except (duckdb.Error, pa.ArrowException) as error:
         return 1, (str(error).strip().splitlines() or [type(error).__name__])[0].encode()
