@@ -201,6 +201,20 @@ def test_silent_clients_of_one_address_leave_others_signing_in(server, monkeypat
         client.close()
 
 
+def test_silent_clients_of_many_addresses_make_room_for_one_signing_in(server, monkeypatch):
+    """Silent clients from 127.0.0.2 to 127.0.0.9 filled every start-up slot and bob was
+    refused (red team 33): when the slots are full, the client waiting longest is ended."""
+    monkeypatch.setattr(wire, "MAX_STARTING", 4)
+    monkeypatch.setattr(wire, "MAX_STARTING_PER_ADDRESS", 1)
+    silent = [RawClient(server.host, server.port, source=f"127.0.0.{i}") for i in (2, 3, 4, 5)]
+    time.sleep(0.3)  # the server has counted them
+    bob = RawClient(server.host, server.port, source="127.0.0.1")
+    assert bob.login("bob", ANALYSTS["bob"])[-1][0] == b"Z"
+    assert silent[0].receive() is None  # the longest waiting was ended
+    for client in (*silent, bob):
+        client.close()
+
+
 def test_one_analysts_connections_leave_others_signing_in(server, monkeypatch):
     """256 idle signed-in connections of one analyst held every other analyst out, free
     (red team 32): each analyst has at most ``MAX_PER_ANALYST`` connections at once."""

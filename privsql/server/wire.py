@@ -60,7 +60,8 @@ MAX_PER_ANALYST = 32
 """Signed-in clients of one analyst at once: 256 idle connections of one analyst held every
 other analyst out, free (red team 32)."""
 MAX_STARTING = 128
-"""Clients still in their start-up exchange (not signed in) at once."""
+"""Clients still in their start-up exchange (not signed in) at once; past it, the one
+waiting longest is ended."""
 MAX_STARTING_PER_ADDRESS = 16
 """Clients of one network address in their start-up exchange at once: a client with no
 password that reopened each connection the start-up deadline ended kept all 256 slots
@@ -352,19 +353,29 @@ class Server(BuenaVistaServer):
         self._connected: set[socket.socket] = set()
         self._connected_lock = threading.Lock()
         self._starting: Counter[str] = Counter()
+        self._waiting: dict[socket.socket, None] = {}
+        """Clients in their start-up exchange, the longest waiting first."""
         self._signed_in: Counter[str] = Counter()
 
     def verify_request(self, request: socket.socket, client_address: tuple) -> bool:
         return True  # who may connect is decided by the address served on and by passwords
 
     def admit(self, client: socket.socket, address: str) -> bool:
-        """Count a client in to its start-up exchange, unless ``MAX_STARTING`` clients, or
-        ``MAX_STARTING_PER_ADDRESS`` of its address, are in theirs."""
+        """Count a client in to its start-up exchange, unless ``MAX_STARTING_PER_ADDRESS``
+        clients of its address are in theirs. When ``MAX_STARTING`` clients are, the one
+        waiting longest is ended to make room: silent clients from many addresses held
+        every slot (red team 33), and a client signing in takes milliseconds, so to keep
+        it out they would now have to open the whole pool again within them."""
         with self._connected_lock:
-            starting = self._starting.total()
-            if starting >= MAX_STARTING or self._starting[address] >= MAX_STARTING_PER_ADDRESS:
+            if self._starting[address] >= MAX_STARTING_PER_ADDRESS:
                 return False
+            if self._starting.total() >= MAX_STARTING and self._waiting:
+                oldest = next(iter(self._waiting))
+                del self._waiting[oldest]
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)  # its handler leaves, counting it out
             self._starting[address] += 1
+            self._waiting[client] = None
             self._connected.add(client)
         return True
 
@@ -374,6 +385,7 @@ class Server(BuenaVistaServer):
         refused leaves its start-up slot too (``leave``)."""
         with self._connected_lock:
             self._starting[address] -= 1
+            self._waiting.pop(client, None)
             full = self._signed_in.total() >= MAX_CONNECTIONS
             if full or self._signed_in[analyst] >= MAX_PER_ANALYST:
                 self._starting[address] += 1  # given back by leave
@@ -385,6 +397,7 @@ class Server(BuenaVistaServer):
         """Count a client out: signed in as ``analyst``, or (None) in its start-up."""
         with self._connected_lock:
             self._connected.discard(client)
+            self._waiting.pop(client, None)
             counter, key = (
                 (self._starting, address) if analyst is None else (self._signed_in, analyst)
             )
