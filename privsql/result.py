@@ -83,11 +83,12 @@ class Result:
         """Distinct units a group needed to be released, when its keys were not public."""
         self._ranges = dict(ranges or {})
         self.clamped = clamped
+        """Whether the released values were moved into their known ranges (``clamp``)."""
         self._guessed = guessed
         """Outputs whose bounds BOUND AUTO guessed, or whose AUTO cap's search was blind:
         flagged in every cell."""
         self._withheld = withheld
-        """Whether the released values were moved into their known ranges (``clamp``)."""
+        """Outputs NULL in every row, flagged, with no interval (a blind bounds search)."""
 
     @property
     def columns(self) -> list[str]:
@@ -267,20 +268,23 @@ class Result:
                 lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
         if not flagged:
             return None
+        warnings = []
         withheld = [name for name in self.columns if name in self._withheld]
         if withheld:
-            return (
+            warnings.append(
                 f"⚠ no answer for {', '.join(withheld)} at this ε (NULL): the data could not "
                 "set the bounds, so a value would be noise clamped to a range the data never "
                 "showed: raise ε or add CLAMPED BETWEEN"
             )
-        guessed = [name for name in self.columns if name in self._guessed]
+        guessed = [n for n in self.columns if n in self._guessed and n not in self._withheld]
         if guessed:
-            return (
+            warnings.append(
                 f"⚠ at this ε the data could not set the bounds or the AUTO cap of "
                 f"{', '.join(guessed)}, so values may be clamped or cut far from the truth: "
                 "add CLAMPED BETWEEN or a fixed BOUND, or raise ε"
             )
+        if warnings:
+            return "\n".join(warnings)
         share = f" (≥ ~{100 * lost / (kept + lost):.0f}% of their rows)" if lost else ""
         return (
             f"⚠ bounding cut rows in {flagged} of {noisy} cells{share}; "
