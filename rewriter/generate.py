@@ -963,8 +963,8 @@ def _post_processing(plan: Plan, keys: list[str]) -> exp.Select:
 
 def _selected(final: exp.Select) -> tuple[Selected, ...] | None:
     """``final``'s outputs (``Stages.selected``) when it only selects, else None."""
-    if any(final.args.get(arg) for arg in ("where", "order", "limit", "offset")):
-        return None
+    if any(value for arg, value in final.args.items() if arg not in ("expressions", "from_")):
+        return None  # a filter, an order, a limit, DISTINCT, grouping: not only a selection
     found = []
     for item in final.expressions:
         if not isinstance(item, exp.Alias):
