@@ -255,6 +255,8 @@ class Result:
         flagged = noisy = 0
         kept = lost = 0.0
         for name in self.columns:
+            if name in self._withheld or name in self._guessed:
+                continue  # named by their own warnings below
             marks = flags.column(name).to_pylist()
             noisy += sum(m is not None for m in marks)
             flagged += sum(bool(m) for m in marks)
@@ -266,8 +268,6 @@ class Result:
                         kept, cells_lost = kept + max(float(value), 0.0), cells_lost + float(c)
                 # Every cell flagged: the rows cut over all groups were cut from them.
                 lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
-        if not flagged:
-            return None
         warnings = []
         withheld = [name for name in self.columns if name in self._withheld]
         if withheld:
@@ -283,13 +283,13 @@ class Result:
                 f"{', '.join(guessed)}, so values may be clamped or cut far from the truth: "
                 "add CLAMPED BETWEEN or a fixed BOUND, or raise ε"
             )
-        if warnings:
-            return "\n".join(warnings)
-        share = f" (≥ ~{100 * lost / (kept + lost):.0f}% of their rows)" if lost else ""
-        return (
-            f"⚠ bounding cut rows in {flagged} of {noisy} cells{share}; "
-            "their intervals cover noise only"
-        )
+        if flagged:
+            share = f" (≥ ~{100 * lost / (kept + lost):.0f}% of their rows)" if lost else ""
+            warnings.append(
+                f"⚠ bounding cut rows in {flagged} of {noisy} cells{share}; "
+                "their intervals cover noise only"
+            )
+        return "\n".join(warnings) or None
 
     def _cut(self) -> np.ndarray | None:
         if self._check is None:
