@@ -30,6 +30,7 @@ from rewriter.generate import (
     support_name,
 )
 from rewriter.plan import Measurement, Plan, Spread, Statistic
+from rewriter.sqlbuild import level
 
 SINGLE = tuple(kind for kind, spec in SPECS.items() if spec.single)
 """Statistics that are one noisy measurement in the statistic's units."""
@@ -108,35 +109,42 @@ def guessed_outputs(plan: Plan, guessed: frozenset[str]) -> frozenset[str]:
     )
 
 
-def bounding_check(plan: Plan, table: pa.Table) -> BoundingCheck | None:
-    """The released per-row count of cut cells and its noise half-width, and the rows that
-    bounding surely cut over all groups (post-processing)."""
+def bounding_checks(plan: Plan, table: pa.Table) -> dict[str, BoundingCheck]:
+    """Per output computed from DP aggregates: the released per-row count of cells its row
+    cap cut (the smallest of its aggregates' caps: under WEIGHTS AUTO an AVG may have its
+    own) with its noise half-width, and the rows that cap surely cut over all groups
+    (post-processing)."""
     if CUT_SUPPORT not in table.column_names:
-        return None
+        return {}
     statistics = {to_sql(s.aggregate.node): s for s in plan.statistics}
-    counts = frozenset(
-        output_name(item)
-        for item in plan.analysis.select.expressions
-        if (statistic := statistics.get(to_sql(item.unalias()))) is not None
-        and statistic.aggregate.kind in ROW_COUNTS
-    )
-    sensitivity, epsilon = plan.cut_sensitivity, plan.cut_epsilon
-    return BoundingCheck(
-        cut=_column(table, CUT_SUPPORT),
-        cut_width=lambda alpha: udfs.laplace_halfwidth(sensitivity, epsilon, alpha),
-        counts=counts,
-        rows_cut=_rows_cut(plan, table),
-    )
+    measurements = {m.name: m for m in plan.measurements}
+    sensitivity, epsilon = plan.cut_sensitivity, plan.level_cut_epsilon
+    checks = {}
+    for item in plan.analysis.select.expressions:
+        used = [statistics[text] for node in item.walk() if (text := to_sql(node)) in statistics]
+        if not used:
+            continue
+        index = min(plan.cut_level(measurements[n]) for s in used for n in s.measurements)
+        bare = statistics.get(to_sql(item.unalias()))
+        checks[output_name(item)] = BoundingCheck(
+            cut=_column(table, level(CUT_SUPPORT, index)),
+            cut_width=lambda alpha: udfs.laplace_halfwidth(sensitivity, epsilon, alpha),
+            counts_rows=bare is not None and bare.aggregate.kind in ROW_COUNTS,
+            rows_cut=_rows_cut(plan, table, index),
+        )
+    return checks
 
 
-def _rows_cut(plan: Plan, table: pa.Table) -> Callable[[float], float]:
-    """alpha -> a (1 - alpha) lower bound on the rows bounding cut over all groups, from the
-    released ``__excess`` (each unit's rows cut, in row caps, clipped to 1: the total times
-    the cap is at most the rows cut); 0 when nothing was released or no row is left."""
-    cap, epsilon = plan.row_cap, plan.excess_epsilon
-    if cap is None or not epsilon or EXCESS_SUPPORT not in table.column_names or not len(table):
+def _rows_cut(plan: Plan, table: pa.Table, index: int) -> Callable[[float], float]:
+    """alpha -> a (1 - alpha) lower bound on the rows the ``index``-th row cap cut over all
+    groups, from its released ``__excess`` (each unit's rows cut, in caps, clipped to 1:
+    the total times the cap is at most the rows cut); 0 when nothing was released or no
+    row is left."""
+    name, epsilon = level(EXCESS_SUPPORT, index), plan.level_excess_epsilon
+    if not plan.cut_caps or name not in table.column_names or not len(table):
         return lambda alpha: 0.0
-    released = float(_column(table, EXCESS_SUPPORT)[0]) / EXCESS_SCALE
+    cap = plan.cut_caps[index]
+    released = float(_column(table, name)[0]) / EXCESS_SCALE
 
     def lower(alpha: float) -> float:
         width = udfs.laplace_halfwidth(EXCESS_SCALE, epsilon, alpha) / EXCESS_SCALE

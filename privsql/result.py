@@ -28,18 +28,19 @@ FLAG_RATIO = 0.5
 
 @dataclass(frozen=True)
 class BoundingCheck:
-    """What bounding cut, per row: the released (noisy) count of the row's group's cells
-    (unit, group) that the row or group cap trimmed or dropped — each such cell lost at
-    least one row — and the noise half-width of that count (docs/privacy.md, 3.3b).
+    """What bounding cut from one output, per row: the released (noisy) count of the row's
+    group's cells (unit, group) that the output's row cap or the group cap trimmed or
+    dropped — each such cell lost at least one row — and the noise half-width of that count
+    (docs/privacy.md, 3.3b).
 
-    ``counts`` are the output columns counting rows (COUNT(*), COUNT(col)), whose bias in
-    their own units is at least the number of cut cells. ``rows_cut(alpha)`` is a (1 - alpha)
-    lower bound on the rows bounding cut over all groups (0 when unsure; 3.3c).
+    ``counts_rows``: the output counts rows (COUNT(*), COUNT(col)), so its bias in its own
+    units is at least the number of cut cells. ``rows_cut(alpha)`` is a (1 - alpha) lower
+    bound on the rows its cap cut over all groups (0 when unsure; 3.3c).
     """
 
     cut: np.ndarray
     cut_width: Callable[[float], float]
-    counts: frozenset[str]
+    counts_rows: bool = False
     rows_cut: Callable[[float], float] = lambda alpha: 0.0
 
 
@@ -62,7 +63,7 @@ class Result:
         delta: float = 0.0,
         half_widths: Mapping[str, HalfWidth] | None = None,
         cached: bool = False,
-        check: BoundingCheck | None = None,
+        checks: Mapping[str, BoundingCheck] | None = None,
         threshold: int | None = None,
         ranges: Mapping[str, Range] | None = None,
         clamped: bool = False,
@@ -78,7 +79,8 @@ class Result:
         self.delta = delta
         self.cached = cached
         self._half_widths = dict(half_widths or {})
-        self._check = check
+        self._checks = dict(checks or {})
+        """What bounding cut, per output computed from DP aggregates."""
         self._threshold = threshold
         """Distinct units a group needed to be released, when its keys were not public."""
         self._ranges = dict(ranges or {})
@@ -147,7 +149,7 @@ class Result:
             delta=self.delta,
             half_widths=widths,
             cached=self.cached,
-            check=self._check,
+            checks=self._checks,
             threshold=self._threshold,
             ranges=self._ranges,
             clamped=True,
@@ -195,20 +197,18 @@ class Result:
         """Per noisy cell, how many (unit, group) cells bounding cut in its group (a noisy
         count, at least 0; each cut cell lost at least one row; null elsewhere)."""
         widths = self.accuracy()
-        cut = self._cut()
-        cuts = [None] * len(self) if cut is None else cut.tolist()
-        return pa.table(
-            {
-                name: pa.array(
-                    [
-                        c if w is not None else None
-                        for w, c in zip(widths.column(name).to_pylist(), cuts, strict=True)
-                    ],
-                    pa.float64(),
-                )
-                for name in self.columns
-            }
-        )
+        columns = {}
+        for name in self.columns:
+            cut = self._cut(name)
+            cuts = [None] * len(self) if cut is None else cut.tolist()
+            columns[name] = pa.array(
+                [
+                    c if w is not None else None
+                    for w, c in zip(widths.column(name).to_pylist(), cuts, strict=True)
+                ],
+                pa.float64(),
+            )
+        return pa.table(columns)
 
     def flags(self, alpha: float = 0.05) -> pa.Table:
         """Per noisy cell: True where its (1 - alpha) interval is not to be trusted, because
@@ -216,10 +216,9 @@ class Result:
         for a count of rows, at least FLAG_RATIO of the interval's width; the interval
         covers the noise, not that bias. False for other noisy cells, null elsewhere."""
         widths = self.accuracy(alpha)
-        check = self._check
-        cut = self._cut()
         columns = {}
         for name in self.columns:
+            check, cut = self._checks.get(name), self._cut(name)
             width = widths.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
             if name in self._withheld:
                 columns[name] = pa.array([True] * len(width), pa.bool_())
@@ -231,10 +230,10 @@ class Result:
                 columns[name] = pa.array([None if np.isnan(w) else False for w in width])
                 continue
             sure = cut > check.cut_width(alpha)
-            large = cut >= FLAG_RATIO * width if name in check.counts else np.ones_like(sure)
+            large = cut >= FLAG_RATIO * width if check.counts_rows else np.ones_like(sure)
             rows_cut = check.rows_cut(alpha)
-            anywhere = rows_cut >= FLAG_RATIO * width if name in check.counts else rows_cut > 0
-            flagged = (sure & large) | anywhere
+            enough = rows_cut >= FLAG_RATIO * width if check.counts_rows else np.ones_like(sure)
+            flagged = (sure & large) | (rows_cut > 0) & enough
             columns[name] = pa.array(
                 [None if np.isnan(w) else bool(f) for w, f in zip(width, flagged, strict=True)],
                 pa.bool_(),
@@ -251,7 +250,6 @@ class Result:
                 "or raise ε"
             )
         flags = self.flags(alpha)
-        cut = self._cut()
         flagged = noisy = 0
         kept = lost = 0.0
         for name in self.columns:
@@ -260,14 +258,15 @@ class Result:
             marks = flags.column(name).to_pylist()
             noisy += sum(m is not None for m in marks)
             flagged += sum(bool(m) for m in marks)
-            if self._check is not None and cut is not None and name in self._check.counts:
+            check, cut = self._checks.get(name), self._cut(name)
+            if check is not None and cut is not None and check.counts_rows:
                 values = self._table.column(name).to_pylist()
                 cells_lost = 0.0
                 for mark, value, c in zip(marks, values, cut, strict=True):
                     if mark and value is not None:
                         kept, cells_lost = kept + max(float(value), 0.0), cells_lost + float(c)
                 # Every cell flagged: the rows cut over all groups were cut from them.
-                lost += max(cells_lost, self._check.rows_cut(alpha)) if all(marks) else cells_lost
+                lost += max(cells_lost, check.rows_cut(alpha)) if all(marks) else cells_lost
         warnings = []
         withheld = [name for name in self.columns if name in self._withheld]
         if withheld:
@@ -291,10 +290,9 @@ class Result:
             )
         return "\n".join(warnings) or None
 
-    def _cut(self) -> np.ndarray | None:
-        if self._check is None:
-            return None
-        return np.maximum(self._check.cut, 0.0)
+    def _cut(self, name: str) -> np.ndarray | None:
+        check = self._checks.get(name)
+        return None if check is None else np.maximum(check.cut, 0.0)
 
     def plot(
         self, columns: Any = None, *, by: Any = None, alpha: float = 0.05, ax: Any = None

@@ -24,7 +24,7 @@ import sqlglot
 from sqlglot import exp
 
 import udfs
-from privsql.accuracy import bounding_check, guessed_outputs, half_widths, ranges
+from privsql.accuracy import bounding_checks, guessed_outputs, half_widths, ranges
 from privsql.catalog_cache import CatalogCache
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, builtin_functions, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
@@ -701,7 +701,7 @@ class Session:
             delta=0.0 if cached else query_plan.delta,
             half_widths=widths,
             cached=cached,
-            check=bounding_check(query_plan, table),
+            checks=bounding_checks(query_plan, table),
             ranges=ranges(query_plan),
             guessed=guessed_outputs(query_plan, guessed),
             withheld=guessed_outputs(query_plan, blind),

@@ -66,9 +66,11 @@ from rewriter.sqlbuild import (
     derived,
     double,
     filtered,
+    greatest,
     huge,
     joining,
     least,
+    level,
     named,
     number,
     rank,
@@ -243,7 +245,7 @@ def stages(plan: Plan, functions: Functions, sources: Sources | None = None) -> 
     grouped = _uses_groups(plan)
     if grouped:
         ctes["__bounded"] = render(STRATEGIES[plan.bounding.strategy].bounded(plan, layout))
-        ctes["__groups"] = render(_groups(layout))
+        ctes["__groups"] = render(_groups(plan, layout))
     ctes.update({name: render(q) for name, q in _histograms(plan, layout).items()})
     if not _cuts_in_groups(plan):
         ctes[CUTS] = render(_cuts_per_group(plan, layout))
@@ -603,71 +605,95 @@ def _cuts_in_groups(plan: Plan) -> bool:
 
 
 def _cuts_per_group(plan: Plan, layout: Layout) -> exp.Query:
-    """Per group: kept cells over the smallest row cap (counted by ``__groups``), plus the
-    dropped cells of a unit over the group cap whose rank in ``chosen``'s order is in
-    (m, m + s], s = ``Plan.dropped_sample`` (all of them under listed keys, else a keyed
-    sample of m), so one unit adds at most 1 per group and ``Plan.cut_sensitivity`` over
-    all groups."""
+    """Per group and row cap (``Plan.cut_caps``): kept cells over the cap (counted by
+    ``__groups``), plus the dropped cells of a unit over the group cap whose rank in
+    ``chosen``'s order is in (m, m + s], s = ``Plan.dropped_sample`` (all of them under
+    listed keys, else a keyed sample of m), so one unit adds at most 1 per group and
+    ``Plan.cut_sensitivity`` over all groups to each cap's count."""
     keys, cap = layout.keys, plan.bounding.groups
-    over_cap = plan.row_cap is not None
+    cuts = [level(CUT_COLUMN, i) for i in range(plan.cut_levels)]
+    caps = plan.cut_caps
+
+    def every(value: int) -> list[exp.Expr]:
+        return [named(number(value), cut) for cut in cuts]
+
     parts: list[exp.Query] = []
-    if over_cap and _uses_groups(plan):
-        parts.append(select([*columns(keys), column(CUT_COLUMN)], table("__groups")))
-    elif over_cap:
-        parts.append(
-            select(
-                [*columns(keys), named(number(1), CUT_COLUMN)],
-                table("__chosen"),
-                where=exp.GT(this=column("__rows"), expression=number(plan.row_cap)),
-            )
-        )
+    if caps and _uses_groups(plan):
+        parts.append(select([*columns(keys), *columns(cuts)], table("__groups")))
+    elif caps:
+        # Every cell here is over the smallest cap; whether over the others, it says.
+        over = [
+            named(number(1) if i == 0 else exp.cast(_over_cap(c), "INT"), cut)
+            for i, (cut, c) in enumerate(zip(cuts, caps, strict=True))
+        ]
+        parts.append(select([*columns(keys), *over], table("__chosen"), where=_over_cap(caps[0])))
     if plan.groups_may_exceed_cap:
         sampled = exp.Between(
             this=column(RANK), low=number(cap + 1), high=number(cap + plan.dropped_sample)
         )
-        parts.append(
-            select([*columns(keys), named(number(1), CUT_COLUMN)], table(RANKED), where=sampled)
-        )
+        parts.append(select([*columns(keys), *every(1)], table(RANKED), where=sampled))
     if not parts:
-        parts.append(
-            select(
-                [*columns(keys), named(number(0), CUT_COLUMN)],
-                table("__chosen"),
-                where=exp.false(),
-            )
-        )
+        parts.append(select([*columns(keys), *every(0)], table("__chosen"), where=exp.false()))
     return select(
-        [*columns(keys), named(total(column(CUT_COLUMN)), CUT_COLUMN)],
+        [*columns(keys), *(named(total(column(cut)), cut) for cut in cuts)],
         derived(union_all(parts)),
         group=columns(keys),
     )
 
 
+def _over_cap(cap: int) -> exp.GT:
+    """A cell of ``__chosen`` has more rows than ``cap``."""
+    return exp.GT(this=column("__rows"), expression=number(cap))
+
+
 def _excess(plan: Plan, layout: Layout) -> exp.Query:
-    """Over all units: the rows bounding cut from each unit — beyond the smallest row cap in
-    its kept cells, and all of its dropped cells (``_trimmed``) — in caps, clipped to 1 per
-    unit and counted in steps of 1/EXCESS_SCALE. A unit moves it by at most EXCESS_SCALE.
+    """Over all units, per row cap (``Plan.cut_caps``): the rows bounding cut from each
+    unit — beyond the cap in its kept cells, and all of its dropped cells (``_trimmed``) —
+    in caps, clipped to 1 per unit and counted in steps of 1/EXCESS_SCALE. A unit moves
+    each cap's total by at most EXCESS_SCALE.
 
     Without group keys a unit has one cell, and nothing is dropped: its rows cut are those
     of its cell of ``__chosen`` beyond the cap, read there with no grouping by unit (one
-    aggregate fewer for DuckDB; the same number)."""
-    cap = plan.row_cap
-    assert cap is not None
+    aggregate fewer for DuckDB; the same numbers)."""
+    caps = plan.cut_caps
+    excess = [level(EXCESS, i) for i in range(len(caps))]
+    rows = column("__rows")
     if not layout.keys and not plan.groups_may_exceed_cap:
-        lost = huge(exp.Sub(this=column("__rows"), expression=number(cap)))
-        over_cap = exp.GT(this=column("__rows"), expression=number(cap))
-        return select([named(_excess_sum(lost, cap), EXCESS)], table("__chosen"), where=over_cap)
-    lost = exp.If(
-        this=column("__chosen", "c"),
-        true=exp.Sub(this=column("__rows", "c"), expression=number(cap)),
-        false=column("__rows", "c"),
-    )
+        return select(
+            [
+                named(_excess_sum(huge(_beyond(rows, cap, i)), cap), name)
+                for i, (cap, name) in enumerate(zip(caps, excess, strict=True))
+            ],
+            table("__chosen"),
+            where=_over_cap(caps[0]),
+        )
+    lost = [
+        exp.If(
+            this=column("__chosen", "c"),
+            true=_beyond(column("__rows", "c"), cap, i),
+            false=column("__rows", "c"),
+        )
+        for i, cap in enumerate(caps)
+    ]
     units = select(
-        [named(total(huge(lost)), "__lost")],
-        _trimmed(plan, layout, cap),
+        [named(total(huge(x)), level("__lost", i)) for i, x in enumerate(lost)],
+        _trimmed(plan, layout, caps[0]),
         group=[column("__unit", "c")],
     )
-    return select([named(_excess_sum(column("__lost"), cap), EXCESS)], derived(units))
+    return select(
+        [
+            named(_excess_sum(column(level("__lost", i)), cap), name)
+            for i, (cap, name) in enumerate(zip(caps, excess, strict=True))
+        ],
+        derived(units),
+    )
+
+
+def _beyond(rows: exp.Column, cap: int, index: int) -> exp.Expr:
+    """A trimmed cell's rows beyond ``cap``: it has more rows than the smallest cap
+    (``index`` 0), not always than the others."""
+    beyond = exp.Sub(this=rows, expression=number(cap))
+    return beyond if index == 0 else greatest(beyond, number(0))
 
 
 def _excess_sum(lost: exp.Expr, cap: int) -> exp.Expr:
@@ -680,18 +706,25 @@ def _excess_sum(lost: exp.Expr, cap: int) -> exp.Expr:
 
 
 def _excess_noise(plan: Plan, functions: Functions, excess: exp.Column) -> exp.Expr:
-    """The noisy ``excess`` (Laplace, sensitivity EXCESS_SCALE)."""
+    """A noisy total of rows cut (Laplace, sensitivity EXCESS_SCALE)."""
     return call(
         functions.check or functions.noise,
         huge(excess),
         huge(number(EXCESS_SCALE)),
-        double(plan.excess_epsilon),
+        double(plan.level_excess_epsilon),
     )
 
 
+def _excess_names(plan: Plan) -> list[str]:
+    return [level(EXCESS, i) for i in range(plan.cut_levels)]
+
+
 def _excess_released(plan: Plan, functions: Functions) -> exp.Select:
-    """The noisy ``__excess``, drawn once for every group's row."""
-    return select([named(_excess_noise(plan, functions, column(EXCESS)), EXCESS)], table(EXCESS))
+    """The noisy totals of ``__excess``, drawn once for every group's row."""
+    return select(
+        [named(_excess_noise(plan, functions, column(e)), e) for e in _excess_names(plan)],
+        table(EXCESS),
+    )
 
 
 def _histograms(plan: Plan, layout: Layout) -> dict[str, exp.Query]:
@@ -773,16 +806,20 @@ def _histogram_lists(layout: Layout) -> dict[str, exp.Query]:
     }
 
 
-def _groups(layout: Layout) -> exp.Select:
-    """Per group: distinct units, kept rows, sums, and kept cells over the row cap."""
+def _groups(plan: Plan, layout: Layout) -> exp.Select:
+    """Per group: distinct units, kept rows, sums, and kept cells over each row cap."""
     sums = [named(total(column(s)), s) for s in layout.sums]
+    cuts = [
+        named(filtered(count_rows(), column(level(OVER, i))), level(CUT_COLUMN, i))
+        for i in range(plan.cut_levels)
+    ]
     return select(
         [
             *columns(layout.keys),
             named(count_rows(), "__units"),
             named(total(column("__rows")), "__rows"),
             *sums,
-            named(filtered(count_rows(), column(OVER)), CUT_COLUMN),
+            *cuts,
         ],
         table("__bounded"),
         group=columns(layout.keys),
@@ -806,13 +843,15 @@ def _released(
     keys = layout.keys
     histogram = {m.name: i for i, m in enumerate(layout.histograms)}
     noisy = [_release(plan, m, measured, histogram, functions) for m in plan.measurements]
-    check = call(
-        functions.check or functions.noise,
-        huge(coalesce(column(CUT_COLUMN, "g" if _cuts_in_groups(plan) else "x"), number(0))),
-        huge(number(plan.cut_sensitivity)),
-        double(plan.cut_epsilon),
-    )
-    noisy.append(named(check, CUT_COLUMN))
+    counted = "g" if _cuts_in_groups(plan) else "x"
+    for cut in (level(CUT_COLUMN, i) for i in range(plan.cut_levels)):
+        check = call(
+            functions.check or functions.noise,
+            huge(coalesce(column(cut, counted), number(0))),
+            huge(number(plan.cut_sensitivity)),
+            double(plan.level_cut_epsilon),
+        )
+        noisy.append(named(check, cut))
     grouped = _uses_groups(plan)
     joins: list[exp.Join] = []
     if keys and plan.partition is None:
@@ -840,10 +879,12 @@ def _released(
         joins.append(joining(table(CUTS, "x"), same_keys(keys, outer, "x"), side="LEFT"))
     if plan.excess_epsilon and keys:  # drawn once, before, for every group's row
         joins.append(joining(table(EXCESS_RELEASED, "e"), kind="CROSS"))
-        noisy.append(named(column(EXCESS, "e"), EXCESS))
+        noisy.extend(named(column(e, "e"), e) for e in _excess_names(plan))
     elif plan.excess_epsilon:  # one row, drawn here: a stage and a join fewer for DuckDB
         joins.append(joining(table(EXCESS, "e"), kind="CROSS"))
-        noisy.append(named(_excess_noise(plan, functions, column(EXCESS, "e")), EXCESS))
+        noisy.extend(
+            named(_excess_noise(plan, functions, column(e, "e")), e) for e in _excess_names(plan)
+        )
     where = None
     if plan.partition is not None:
         p = plan.partition
@@ -936,11 +977,13 @@ def _post_processing(plan: Plan, keys: list[str]) -> exp.Select:
         expressions=[
             *outputs,
             *_support_columns(plan),
-            exp.alias_(exp.column(CUT_COLUMN), CUT_SUPPORT, quoted=True),
             *(
-                [exp.alias_(exp.column(EXCESS), EXCESS_SUPPORT, quoted=True)]
-                if plan.excess_epsilon
-                else []
+                exp.alias_(exp.column(level(CUT_COLUMN, i)), level(CUT_SUPPORT, i), quoted=True)
+                for i in range(plan.cut_levels)
+            ),
+            *(
+                exp.alias_(exp.column(e), level(EXCESS_SUPPORT, i), quoted=True)
+                for i, e in enumerate(_excess_names(plan) if plan.excess_epsilon else ())
             ),
         ],
         from_=exp.From(this=exp.Table(this=exp.to_identifier("__released"))),
@@ -982,10 +1025,12 @@ SUPPORT_PREFIX = "__privsql_"
 """Hidden output columns: the noisy parts behind an output, for its interval."""
 
 CUT_SUPPORT = f"{SUPPORT_PREFIX}cut"
-"""The hidden output column carrying each row's noisy count of cut cells."""
+"""The hidden output column carrying each row's noisy count of cut cells (one per row cap:
+``sqlbuild.level``)."""
 
 EXCESS_SUPPORT = f"{SUPPORT_PREFIX}excess"
-"""The hidden output column carrying, in every row, the noisy ``__excess`` (the same value)."""
+"""The hidden output column carrying, in every row, the noisy ``__excess`` (the same value;
+one per row cap)."""
 
 
 def support_name(role: str, output: str) -> str:

@@ -258,11 +258,41 @@ class Plan:
     """The ε spent (or to be spent, while ``group_search`` is pending) on MAX_GROUPS AUTO."""
 
     @property
+    def cut_caps(self) -> tuple[int, ...]:
+        """The distinct row caps the measurements are bounded by, smallest first: the
+        bounding check's levels, each counting the cells over its cap (empty when no
+        measurement reads rows, e.g. COUNT(DISTINCT unit) alone). One cap but under WEIGHTS
+        AUTO, where each AVG may have its own (docs/privacy.md, 3.3b)."""
+        return tuple(sorted({self.cap(m) for m in self.measurements if m.kind != "units"}))
+
+    @property
     def row_cap(self) -> int | None:
         """The smallest row cap any measurement is bounded by (None: no measurement reads
-        rows, e.g. COUNT(DISTINCT unit) alone, so no row cap cuts anything)."""
-        rows = [m for m in self.measurements if m.kind != "units"]
-        return min(self.cap(m) for m in rows) if rows else None
+        rows, so no row cap cuts anything)."""
+        caps = self.cut_caps
+        return caps[0] if caps else None
+
+    @property
+    def cut_levels(self) -> int:
+        """How many noisy counts of cut cells the check releases per group (one per row
+        cap; one when no measurement reads rows, for the cells the group cap drops)."""
+        return max(1, len(self.cut_caps))
+
+    def cut_level(self, measurement: Measurement) -> int:
+        """The bounding check's level that counts the cells ``measurement``'s cap cut."""
+        if measurement.kind == "units":
+            return 0
+        return self.cut_caps.index(self.cap(measurement))
+
+    @property
+    def level_cut_epsilon(self) -> float:
+        """The ε of each level's per-group count of cut cells: ``cut_epsilon`` shared."""
+        return self.cut_epsilon / self.cut_levels
+
+    @property
+    def level_excess_epsilon(self) -> float:
+        """The ε of each level's total of rows cut: ``excess_epsilon`` shared."""
+        return self.excess_epsilon / self.cut_levels
 
     @property
     def cut_sensitivity(self) -> int:

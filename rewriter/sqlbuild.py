@@ -245,15 +245,26 @@ def chosen_over(layout: Layout, cap: int, extra: Sequence[exp.Expr] = ()) -> exp
 
 OVER = "__over"
 """The column of ``__bounded`` saying a kept cell had more rows than the smallest row cap
-(a cell bounding cut): ``__groups`` counts them, so the check reads no cell again."""
+(a cell bounding cut): ``__groups`` counts them, so the check reads no cell again. A plan
+with more row caps (``Plan.cut_caps``) has one such column per cap (``level``)."""
 
 
-def over(plan: Plan) -> exp.Alias:
-    """``__over`` of a cell of ``__chosen`` (FALSE when no measurement reads rows)."""
-    row_cap = plan.row_cap
-    if row_cap is None:
-        return named(exp.false(), OVER)
-    return named(exp.GT(this=column("__rows"), expression=number(row_cap)), OVER)
+def level(name: str, index: int) -> str:
+    """The name of a bounding-check column for the ``index``-th row cap (the first keeps
+    ``name``: a plan with one cap, as most have, generates what it always did)."""
+    return name if index == 0 else f"{name}{index}"
+
+
+def over(plan: Plan) -> list[exp.Alias]:
+    """``__over`` of a cell of ``__chosen``, per row cap (FALSE when no measurement reads
+    rows)."""
+    caps = plan.cut_caps
+    if not caps:
+        return [named(exp.false(), OVER)]
+    return [
+        named(exp.GT(this=column("__rows"), expression=number(cap)), level(OVER, i))
+        for i, cap in enumerate(caps)
+    ]
 
 
 def at_most(node: exp.Expr, cap: int) -> exp.LTE:

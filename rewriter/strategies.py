@@ -54,7 +54,7 @@ WEIGHT_BITS = 20
 def _whole(plan: Plan, layout: Layout, cap: int) -> exp.Select:
     """The cells of ``__chosen`` with at most ``cap`` rows, passed whole."""
     return select(
-        [*columns([*layout.cell, "__rows", *layout.sums]), over(plan)],
+        [*columns([*layout.cell, "__rows", *layout.sums]), *over(plan)],
         table("__chosen"),
         where=at_most(column("__rows"), cap),
     )
@@ -87,7 +87,7 @@ def _rows_bounded(plan: Plan, layout: Layout) -> exp.Query:
     cap, cell = plan.bounding.cap, layout.cell
     if not plan.needs_rows:
         rows = named(least(column("__rows"), number(cap)), "__rows")
-        return select([*columns(cell), rows, over(plan)], table("__chosen"))
+        return select([*columns(cell), rows, *over(plan)], table("__chosen"))
     ranked = select(
         columns([*cell, *layout.values, *layout.buckets], "r"),
         table("__source", "r"),
@@ -134,7 +134,7 @@ def _weights_bounded(plan: Plan, layout: Layout) -> exp.Query:
     ]
     rows = least(column("__rows"), number(plan.cap(counted[0]))) if counted else column("__rows")
     return select(
-        [*columns(layout.cell), named(rows, "__rows"), *weighted, over(plan)], table("__chosen")
+        [*columns(layout.cell), named(rows, "__rows"), *weighted, *over(plan)], table("__chosen")
     )
 
 

@@ -766,74 +766,101 @@ def test_groups_bound_when_keys_are_private(few_groups, weaken):
 CHECKED = {
     "groups-dropped": ("SELECT g, COUNT(*) FROM visits WHERE g < 2 GROUP BY g", 2),
     "one-group": ("SELECT COUNT(*) FROM visits", 1),
+    "two-caps": (
+        "SELECT g, COUNT(*), AVG(v CLAMPED BETWEEN 0 AND 100) FROM visits WHERE g < 2 GROUP BY g",
+        2,
+    ),
 }
-"""Bounding-check cases: the query (MAX_GROUPS 1, BOUND ROWS 5) and the check's sensitivity."""
+"""Bounding-check cases: the query (MAX_GROUPS 1, BOUND ROWS 5 but for ``two-caps``, whose
+COUNT has the row cap 5 and its AVG 3 under WEIGHTS AUTO: two levels) and the check's
+sensitivity (per level)."""
+
+
+def checked_plan(db: privsql.Session, case: str) -> Plan:
+    select, _ = CHECKED[case]
+    # Two levels share the check's ε: twice the query's, for the same ε per level.
+    bound, epsilon = ("WEIGHTS AUTO", 80) if case == "two-caps" else ("ROWS 5", 40)
+    sql = f"{select} PRIVACY_UNIT uid BOUND {bound} MAX_GROUPS 1 EPSILON {epsilon}"
+    keys = {"g": [0, 1]} if "GROUP BY" in select else None
+    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
+    if case == "two-caps":
+        query_plan = query_plan.with_caps({"rank": 5, "variance": 3})
+        assert query_plan.cut_caps == (3, 5)
+    return query_plan
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
 @pytest.mark.parametrize("case", list(CHECKED))
 def test_bounding_check(visits, case, weaken):
-    """The per-group count of cut cells, released with ``Plan.cut_sensitivity`` at
-    ``Plan.cut_epsilon``, is ε-DP, and detected when the noise is too small. The neighbour
+    """The per-group count of cut cells of each row cap, released with
+    ``Plan.cut_sensitivity`` at ``Plan.level_cut_epsilon`` (the levels' ε adding up to
+    ``Plan.cut_epsilon``), is ε-DP, and detected when the noise is too small. The neighbour
     has 10 rows in each group: in two public groups under MAX_GROUPS 1 its kept cell is over
-    the row cap and its dropped cell is sampled (L1 move 2 = 2m); without GROUP BY its one
-    cell is over the cap (1 = m). The move is the sensitivity: the neighbour saturates it."""
+    every row cap and its dropped cell is sampled (L1 move 2 = 2m per cap); without GROUP BY
+    its one cell is over the cap (1 = m). The move is the sensitivity: the neighbour
+    saturates it at every level."""
     con, db = visits
-    select, sensitivity = CHECKED[case]
-    sql = f"{select} PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 40"
-    keys = {"g": [0, 1]} if "GROUP BY" in select else None
-    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
+    query_plan = checked_plan(db, case)
+    levels = query_plan.cut_levels
+    assert levels * query_plan.level_cut_epsilon == pytest.approx(query_plan.cut_epsilon)
+    first = len(query_plan.analysis.keys) + len(query_plan.measurements)
 
-    def cuts(c: duckdb.DuckDBPyConnection, p: Plan) -> list[int]:
-        return [int(row[-2]) for row in neighbours.stage(c, p)]  # __cut, before __excess
+    def cuts(c: duckdb.DuckDBPyConnection, p: Plan, level: int) -> list[int]:
+        return [int(row[first + level]) for row in neighbours.stage(c, p)]
 
-    before = cuts(con, query_plan)
-    with neighbours.with_rows(con, SPREAD.format(groups=2)):
-        after = cuts(con, query_plan)
-    moved = sum(abs(a - b) for a, b in zip(after, before, strict=True))
-    assert moved == query_plan.cut_sensitivity == sensitivity
-    exact = (before, after)
-    rng = udfs.SeededRandom(zlib.crc32(case.encode()), insecure=True)
+    for level in range(levels):
+        before = cuts(con, query_plan, level)
+        with neighbours.with_rows(con, SPREAD.format(groups=2)):
+            after = cuts(con, query_plan, level)
+        moved = sum(abs(a - b) for a, b in zip(after, before, strict=True))
+        assert moved == query_plan.cut_sensitivity == CHECKED[case][1]
+        exact = (before, after)
+        rng = udfs.SeededRandom(zlib.crc32(f"{case}-{level}".encode()), insecure=True)
 
-    def sample(neighbour: bool, n: int) -> np.ndarray:
-        sensitivity, epsilon = query_plan.cut_sensitivity, query_plan.cut_epsilon
-        return np.column_stack(
-            [udfs.laplace_release([v] * n, sensitivity, epsilon, rng) for v in exact[neighbour]]
-        )
+        def sample(neighbour: bool, n: int, exact=exact, rng=rng) -> np.ndarray:
+            sensitivity, epsilon = query_plan.cut_sensitivity, query_plan.level_cut_epsilon
+            return np.column_stack(
+                [udfs.laplace_release([v] * n, sensitivity, epsilon, rng) for v in exact[neighbour]]
+            )
 
-    with noise(weaken):
-        check(audit(sample, query_plan.cut_epsilon, **sizes(False)), weaken)
+        with noise(weaken):
+            check(audit(sample, query_plan.level_cut_epsilon, **sizes(False)), weaken)
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
 @pytest.mark.parametrize("case", list(CHECKED))
 def test_rows_cut_over_all_groups(visits, case, weaken):
     """The rows bounding cut over all groups (each unit's in row caps, clipped to 1, in steps
-    of 1/EXCESS_SCALE), released once with sensitivity EXCESS_SCALE at
-    ``Plan.excess_epsilon``, is ε-DP, and detected when the noise is too small. The
-    neighbour's 10 rows per group are 5 over the row cap of 5 in its kept cell: its share is
-    clipped to one cap, the whole sensitivity, and the other units' shares do not move."""
+    of 1/EXCESS_SCALE), one total per row cap, each released once with sensitivity
+    EXCESS_SCALE at ``Plan.level_excess_epsilon`` (adding up to ``Plan.excess_epsilon``),
+    is ε-DP, and detected when the noise is too small. The neighbour's 10 rows per group
+    are over every row cap (5 and 3) in its kept cell by at least the cap: its share is
+    clipped to one cap at every level, the whole sensitivity, and the other units' shares
+    do not move."""
     con, db = visits
-    select, _ = CHECKED[case]
-    sql = f"{select} PRIVACY_UNIT uid BOUND ROWS 5 MAX_GROUPS 1 EPSILON 40"
-    keys = {"g": [0, 1]} if "GROUP BY" in select else None
-    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.1)
-    assert query_plan.excess_epsilon == pytest.approx(40 * CUT_SHARE * EXCESS_PART)
+    query_plan = checked_plan(db, case)
+    assert query_plan.excess_epsilon == pytest.approx(query_plan.epsilon * CUT_SHARE * EXCESS_PART)
+    levels = query_plan.cut_levels
+    assert levels * query_plan.level_excess_epsilon == pytest.approx(query_plan.excess_epsilon)
 
-    def total(c: duckdb.DuckDBPyConnection) -> int:
+    def totals(c: duckdb.DuckDBPyConnection) -> tuple[int, ...]:
         (row,) = neighbours.stage(c, query_plan, EXCESS)
-        return int(row[0])
+        return tuple(int(v) for v in row)
 
-    before = total(con)
+    before = totals(con)
     with neighbours.with_rows(con, SPREAD.format(groups=2)):
-        after = total(con)
-    assert after - before == EXCESS_SCALE
-    exact = (before, after)
-    rng = udfs.SeededRandom(zlib.crc32(f"excess-{case}".encode()), insecure=True)
+        after = totals(con)
+    assert len(before) == levels
+    for level in range(levels):
+        assert after[level] - before[level] == EXCESS_SCALE
+        exact = (before[level], after[level])
+        rng = udfs.SeededRandom(zlib.crc32(f"excess-{case}-{level}".encode()), insecure=True)
 
-    def sample(neighbour: bool, n: int) -> np.ndarray:
-        epsilon = query_plan.excess_epsilon
-        return np.asarray(udfs.laplace_release([exact[neighbour]] * n, EXCESS_SCALE, epsilon, rng))
+        def sample(neighbour: bool, n: int, exact=exact, rng=rng) -> np.ndarray:
+            epsilon = query_plan.level_excess_epsilon
+            return np.asarray(
+                udfs.laplace_release([exact[neighbour]] * n, EXCESS_SCALE, epsilon, rng)
+            )
 
-    with noise(weaken):
-        check(audit(sample, query_plan.excess_epsilon, **sizes(False)), weaken)
+        with noise(weaken):
+            check(audit(sample, query_plan.level_excess_epsilon, **sizes(False)), weaken)

@@ -16,16 +16,20 @@ from __future__ import annotations
 import duckdb
 import neighbours
 import numpy as np
+import pyarrow as pa
+from exact_release import install
 
 import privsql
+from privsql.accuracy import bounding_checks, half_widths
+from privsql.result import Result
 from rewriter.analyze import analyze
-from rewriter.generate import EXCESS, EXCESS_SCALE
-from rewriter.plan import plan
+from rewriter.generate import CUT_SUPPORT, EXCESS, EXCESS_SCALE, EXCESS_SUPPORT
+from rewriter.plan import Plan, plan
+from rewriter.sqlbuild import level
 
 RUNS = 40
 SQL = (
-    "SELECT carrier, COUNT(*) AS n FROM flights GROUP BY carrier PRIVACY_UNIT tailnum "
-    "EPSILON {eps}"
+    "SELECT carrier, COUNT(*) AS n FROM flights GROUP BY carrier PRIVACY_UNIT tailnum EPSILON {eps}"
 )
 
 
@@ -108,3 +112,78 @@ def test_rows_cut_total_without_group_keys_reads_each_units_one_cell():
         ("SELECT g, COUNT(*) FROM t GROUP BY g PRIVACY_UNIT uid BOUND ROWS 5", {"g": [0]}),
     ]
     assert _exact_excess(rows, queries) == [2 * EXCESS_SCALE + EXCESS_SCALE // 5] * 2
+
+
+TWO_CAPS = (
+    "SELECT {keys}COUNT(*) AS n, AVG(v CLAMPED BETWEEN 0 AND 1) AS a FROM t {group}"
+    "PRIVACY_UNIT uid BOUND WEIGHTS AUTO EPSILON 100"
+)
+"""A COUNT beside an AVG under WEIGHTS AUTO: each has its own row cap (fixed below at 5 and
+3), so the check has two levels."""
+
+
+def _two_caps(db: privsql.Session, keyed: bool) -> Plan:
+    sql = TWO_CAPS.format(keys="g, " if keyed else "", group="GROUP BY g " if keyed else "")
+    keys = {"g": [0]} if keyed else None
+    query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.0)
+    query_plan = query_plan.with_caps({"rank": 5, "variance": 3})
+    assert query_plan.cut_caps == (3, 5)
+    return query_plan
+
+
+def test_each_row_cap_counts_what_it_cut():
+    """With two row caps, each level counts the cells over its own cap and each unit's rows
+    beyond it: units of 10, 6, 4 and 1 rows are 3 cells over 3 and 2 over 5; in caps
+    (clipped to 1) they lost 1 + 1 + 1/3 + 0 beyond 3 and 1 + 1/5 + 0 + 0 beyond 5 —
+    with group keys and without (the two forms of ``__excess``)."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT uid, 0 AS g, 0.5 AS v FROM (VALUES (0, 10), (1, 6), (2, 4), "
+        "(3, 1)) AS u(uid, n), range(10) AS r(i) WHERE i < n"
+    )
+    install(con)
+    db = privsql.connect(con, seed=1, insecure=True)
+    db.protect("t", privacy_unit="uid")
+    scale = EXCESS_SCALE
+    for keyed in (True, False):
+        query_plan = _two_caps(db, keyed)
+        assert neighbours.stage(con, query_plan, EXCESS) == [
+            (2 * scale + scale // 3, scale + scale // 5)
+        ]
+        (row,) = neighbours.stage(con, query_plan)
+        first = len(query_plan.analysis.keys) + len(query_plan.measurements)
+        assert row[first : first + 2] == (3, 2)
+    db.close()
+
+
+def test_an_output_is_flagged_by_what_its_own_cap_cut():
+    """The COUNT reads the level of its cap (5), the AVG the level of its own (3): when
+    bounding surely cut at 3 and nothing at 5, the AVG is flagged and the COUNT is not
+    (before, every output read the smallest cap's count, so the COUNT was flagged too)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range % 100 AS uid, 0 AS g, 0.5 AS v FROM range(1000)")
+    db = privsql.connect(con, seed=1, insecure=True)
+    db.protect("t", privacy_unit="uid")
+    query_plan = _two_caps(db, keyed=True)
+    released = pa.table(
+        {
+            "g": [0],
+            "n": [1000],
+            "a": [0.5],
+            "__privsql_n_a": [1000.0],
+            CUT_SUPPORT: [90.0],
+            level(CUT_SUPPORT, 1): [0.0],
+            EXCESS_SUPPORT: [90.0 * EXCESS_SCALE],
+            level(EXCESS_SUPPORT, 1): [0.0],
+        }
+    )
+    checks = bounding_checks(query_plan, released)
+    assert checks["n"].counts_rows and not checks["a"].counts_rows
+    answer = Result(
+        released.select(["g", "n", "a"]),
+        half_widths=half_widths(query_plan, released),
+        checks=checks,
+    )
+    assert answer.flags().to_pylist() == [{"g": None, "n": False, "a": True}]
+    assert answer.bounding().to_pylist() == [{"g": None, "n": 0.0, "a": 90.0}]
+    db.close()
