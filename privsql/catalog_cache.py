@@ -83,6 +83,11 @@ class CatalogCache:
         self._table_types: dict[str, list[str]] = {}
         self._names_table: dict[str, bool] = {}
 
+    def is_own_file(self, path: str) -> bool:
+        """Whether ``path``, however spelt (``file_identity``), is one of the session's own
+        files: the data's database and write-ahead log, the ledger's, and the ledger's key."""
+        return file_identity(path) in {file_identity(p) for p in self._unreadable}
+
     def current(self, declared: str | None = None) -> Catalog:
         """The catalogue as it is now: declarations, tables and views, forbidden files.
 

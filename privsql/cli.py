@@ -409,11 +409,17 @@ def describe_cost(
     return " · ".join(parts) + (f"\n{warning}" if warning else "")
 
 
-def error_line(error: BaseException) -> tuple[str, int]:
+def error_line(error: BaseException, *, quote: bool = True) -> tuple[str, int]:
     """A one-line message and exit code for an exception raised by a query: a syntax error
     (3); an unknown name, a type mismatch, failing post-processing or any non-privsql error
-    (2); any other privsql error is a refusal (1), which charged nothing."""
+    (2); any other privsql error is a refusal (1), which charged nothing.
+
+    Without ``quote`` (a command read from a file) a syntax error does not quote the token
+    it stopped at: the file may be anything (a key, a CSV of private data), and its first
+    token would be shown. The caller says where it failed (``file:line``)."""
     if isinstance(error, privsql.QuerySyntaxError):
+        if not quote:
+            return "error: [syntax] the command does not parse (its text is not shown)", EXIT_SYNTAX
         return f"error: {error}", EXIT_SYNTAX
     if isinstance(error, (privsql.UnknownName, privsql.TypeMismatch, privsql.PostProcessingError)):
         return f"error: {error}", EXIT_ERROR
@@ -632,8 +638,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=sys.stderr.isatty(),
             prefix="privsql: ",
         )
+        if args.file not in (None, "-") and db.is_own_file(args.file):
+            print(
+                f"privsql: error: -f refuses {args.file}: it is this database's own file "
+                "(its data, write-ahead log, ledger or ledger key)",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
         try:
-            return shell.run_all(split_commands(text), where=where, bail=args.bail)
+            return shell.run_all(
+                split_commands(text), where=where, bail=args.bail, quote=args.file in (None, "-")
+            )
         finally:
             shell.close()
 

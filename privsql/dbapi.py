@@ -313,12 +313,20 @@ OPTIONS: Mapping[str, type] = {
     "delta_budget": float,
     "max_query_delta": float,
     "lock_timeout": float,
-    "ledger": str,
-    "seed": int,
-    "insecure": bool,
     "declared_files_only": bool,
 }
 """The ``privsql.connect`` options a URL's query string may set, with their types."""
+
+_SEEDED = "a seed makes the noise predictable: it is for tests in code, on data in memory"
+NOT_IN_URLS: Mapping[str, str] = {
+    "ledger": "a URL opens a database with its own ledger; name another in code "
+    "(connect(..., ledger=...))",
+    "seed": _SEEDED,
+    "insecure": _SEEDED,
+}
+"""``privsql.connect`` options a URL may not set, and why. A URL is often written where the
+analyst can edit it (a notebook, a tool's settings): it must not choose the ledger that
+holds the budget, nor noise that can be predicted."""
 
 
 def parse_url(url: str) -> tuple[str, dict[str, Any]]:
@@ -341,6 +349,8 @@ def options(query: Mapping[str, str]) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for name, text in query.items():
         kind = OPTIONS.get(name)
+        if name in NOT_IN_URLS:
+            raise InterfaceError(f"option {name} is not taken from a URL: {NOT_IN_URLS[name]}")
         if kind is None:
             raise InterfaceError(f"unknown option {name!r}; options: {', '.join(OPTIONS)}")
         if kind is bool:

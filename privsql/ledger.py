@@ -197,6 +197,22 @@ def database_path(connection: duckdb.DuckDBPyConnection) -> Path | None:
     return None if path is None else Path(path)
 
 
+def has_ledger(connection: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's current database holds a ledger, or has held one: a
+    ``__privsql`` schema in it, or a key file next to its file (``Ledger._create`` refuses
+    to start afresh where one exists, since the ledger was then removed)."""
+    path = database_path(connection)
+    if path is not None and path.with_name(path.name + KEY_SUFFIX).exists():
+        return True
+    return bool(
+        connection.execute(
+            "SELECT 1 FROM duckdb_schemas() WHERE schema_name = ? "
+            "AND database_name = current_database()",
+            [SCHEMA],
+        ).fetchall()
+    )
+
+
 def open_database(path: str | Path, timeout: float = LOCK_TIMEOUT) -> duckdb.DuckDBPyConnection:
     """``duckdb.connect(path)``, waiting up to ``timeout`` seconds (with backoff) while
     another process holds the file's lock.

@@ -329,8 +329,9 @@ class Shell:
         self.err.write("\n")
         self.err.flush()
 
-    def fail(self, error: BaseException, where: str = "") -> int:
-        message, code = error_line(error)
+    def fail(self, error: BaseException, where: str = "", *, quote: bool = True) -> int:
+        """Report a command's failure (``error_line``; ``quote`` as there) and its exit code."""
+        message, code = error_line(error, quote=quote)
         self.note(f"{where}: {message}" if where else message, "red")
         return code
 
@@ -346,15 +347,17 @@ class Shell:
 
     # dispatch
 
-    def run(self, command: str, where: str = "") -> int:
+    def run(self, command: str, where: str = "", *, quote: bool = True) -> int:
         """Run one command: a dot command or one SQL statement (a trailing ``;`` is optional).
-        A refusal or error is reported with ``where`` (``file.sql:3``) before it."""
+        A refusal or error is reported with ``where`` (``file.sql:3``) before it. Without
+        ``quote`` (a command read from a file) a syntax error or an unknown dot command is
+        reported without the command's text, which could be any file's content."""
         command = command.strip()
         if not command:
             return EXIT_OK
         try:
             if command.startswith("."):
-                return self._dot(command)
+                return self._dot(command, where, quote=quote)
             explained = re.match(r"(?is)^explain\s+(?!analy[sz]e\b)(.*)$", command)
             if explained:
                 return self._explain(explained.group(1))
@@ -363,16 +366,20 @@ class Shell:
             self.note("interrupted: the query was cancelled and nothing was charged", "yellow")
             return EXIT_ERROR
         except Exception as error:
-            return self.fail(error, where)
+            return self.fail(error, where, quote=quote)
 
-    def run_all(self, commands: Sequence[Command], *, where: str | None, bail: bool) -> int:
+    def run_all(
+        self, commands: Sequence[Command], *, where: str | None, bail: bool, quote: bool = True
+    ) -> int:
         """Run commands in order and report each: a failure names the line it came from in
         ``where`` (a file), or its number among several. ``bail`` stops at the first failure
-        and says how many were not run. The highest exit code of all."""
+        and says how many were not run; ``quote`` is as for ``run``. The highest exit code
+        of all."""
         codes = []
         for number, command in enumerate(commands, start=1):
             place = f"statement {number}" if len(commands) > 1 else ""
-            code = self.run(command.text, f"{where}:{command.line}" if where else place)
+            place = f"{where}:{command.line}" if where else place
+            code = self.run(command.text, place, quote=quote)
             codes.append(code)
             if self.done:
                 break
@@ -391,7 +398,7 @@ class Shell:
             )
         return max(codes, default=EXIT_OK)
 
-    def _dot(self, command: str) -> int:
+    def _dot(self, command: str, where: str = "", *, quote: bool = True) -> int:
         name, _, argument = command.partition(" ")
         argument = argument.strip().rstrip(";").strip()
         name = name.lower().rstrip(";")
@@ -414,7 +421,9 @@ class Shell:
             ".public": self._public,
         }.get(name)
         if handler is None:
-            self.note(f"error: unknown command {name}; .help lists the commands", "red")
+            shown = name if quote else "(its text, from a file, is not shown)"
+            place = f"{where}: " if where else ""
+            self.note(f"{place}error: unknown command {shown}; .help lists the commands", "red")
             return EXIT_ERROR
         return handler(argument)
 
@@ -491,11 +500,15 @@ class Shell:
         return EXIT_OK
 
     def _read(self, argument: str) -> int:
+        """Run every command of a file, never one of the database's own files, and without
+        quoting the file's text in syntax errors (``run``)."""
         if not argument:
             return self._usage(".read FILE")
         path = argument.strip("'\"")
         if self._reading >= MAX_READ_DEPTH:
             self.note(f"error: .read nested more than {MAX_READ_DEPTH} deep", "red")
+            return EXIT_ERROR
+        if self._own_file(".read", path):
             return EXIT_ERROR
         try:
             text = read_script(path)
@@ -504,13 +517,17 @@ class Shell:
             return EXIT_ERROR
         self._reading += 1
         try:
-            return self.run_all(split_commands(text), where=path, bail=False)
+            return self.run_all(split_commands(text), where=path, bail=False, quote=False)
         finally:
             self._reading -= 1
 
     def _output(self, argument: str) -> int:
+        """Send results to a file (created or truncated), never one of the database's own
+        files; without one, back to the screen."""
         target = argument.strip("'\"")
         if target:
+            if self._own_file(".output", target):
+                return EXIT_ERROR
             try:
                 opened = open(target, "w", encoding="utf-8")  # closed by .output or close()
             except OSError as error:
@@ -521,6 +538,18 @@ class Shell:
             return EXIT_OK
         self.close()
         return EXIT_OK
+
+    def _own_file(self, command: str, path: str) -> bool:
+        """Whether ``path`` is one of the session's own files (``Session.is_own_file``),
+        which ``command`` then refuses, saying so."""
+        if not self.db.is_own_file(path):
+            return False
+        self.note(
+            f"error: {command} refuses {path}: it is this database's own file (its data, "
+            "write-ahead log, ledger or ledger key)",
+            "red",
+        )
+        return True
 
     def _protect(self, argument: str) -> int:
         try:
@@ -804,12 +833,14 @@ def _prompt_toolkit_loop(db: privsql.Session, shell: Shell, args: Any) -> int:
     def _run_anyway(event):  # type: ignore[no-untyped-def]
         event.current_buffer.validate_and_handle()
 
-    try:
-        path = history_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        history: Any = FileHistory(str(path))
-    except OSError:
-        history = InMemoryHistory()
+    path = history_path()
+    history: Any = InMemoryHistory()
+    if not db.is_own_file(path):  # lines appended to the key or the database would ruin it
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(path))
+        except OSError:
+            pass
     completer = make_completer(db)
     completer.refresh()
     lexer = None

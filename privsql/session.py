@@ -9,6 +9,7 @@ functions ``udfs`` registers) → charge the ledger → result.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,8 @@ from privsql.ledger import (
     Ledger,
     LedgerState,
     StoredAnswer,
+    database_path,
+    has_ledger,
     open_database,
 )
 from privsql.progress import AFTER, watch
@@ -416,6 +419,15 @@ class Session:
         """Every table, view and declared Parquet reader, with its access (public or
         private), declared privacy unit and columns. Free, reads no rows."""
         return tables(self._catalog(), self._engine)
+
+    def is_own_file(self, path: str | Path) -> bool:
+        """Whether ``path`` (however spelt: relative, with ``./`` or ``..``, a symbolic or
+        hard link) is one of this session's own files: its database and write-ahead log, its
+        ledger's and the ledger's key. No query reads them (``Catalog.check_readable``); the
+        REPL neither writes them (``.output``, which would truncate them and leave the
+        database unusable) nor runs them as commands (``.read``, whose errors would quote
+        them)."""
+        return self._catalogs.is_own_file(str(path))
 
     def close(self) -> None:
         """End the session; a connection passed to ``connect`` stays open for its owner."""
@@ -821,9 +833,13 @@ def connect(
     that are not public (partition selection).
     The ledger and the owner's declarations live in the DuckDB file ``ledger`` names, else
     in ``database`` (DuckDB) or in memory (Spark, where they then last only as long as the
-    session: name a file for a durable budget).
+    session: name a file for a durable budget). A database that holds a ledger of its own
+    (a ``__privsql`` schema, or a key file next to it) is refused with another ``ledger``:
+    a fresh one would come with a fresh budget and none of the owner's declarations.
     ``seed`` makes the noise reproducible and is refused unless ``insecure=True``: it
-    is for tests only, never for releasing data. DuckDB lets one process at a time open
+    is for tests only, never for releasing data, so it is refused too on a database or a
+    ledger kept in a file (noise that can be predicted gives exact answers away while the
+    durable ledger records them as private releases). DuckDB lets one process at a time open
     a file; ``lock_timeout`` is how many seconds ``connect`` waits for another process
     to close it. With ``declared_files_only`` queries read only the files the owner
     declared with ``protect`` (for analysts who are not the owner); the database's own
@@ -839,6 +855,11 @@ def connect(
     rng: udfs.RandomSource = (
         udfs.SystemRandom() if seed is None else udfs.SeededRandom(seed, insecure=insecure)
     )
+    if not rng.secure and (_in_a_file(database) or (ledger is not None and _in_a_file(ledger))):
+        raise PrivacyError(
+            "a seed (insecure=True) is for tests on data in memory: its noise can be "
+            "predicted, so it is refused on a database or ledger kept in a file"
+        )
     settings = {
         "budget": budget,
         "epsilon": epsilon,
@@ -866,5 +887,26 @@ def connect(
         raise PrivacyError("spark= belongs to engine='spark'")
     given = isinstance(database, duckdb.DuckDBPyConnection)
     connection = database if given else open_database(database, lock_timeout)
+    if ledger is not None and not _same_file(connection, ledger) and has_ledger(connection):
+        if not given:
+            connection.close()
+        raise PrivacyError(
+            "this database has a ledger of its own; it cannot be opened with another "
+            "(ledger=): its budget and the owner's declarations are in its own"
+        )
     ledger_connection = open_database(ledger, lock_timeout) if ledger is not None else None
     return Session(connection, **settings, owns_connection=not given, ledger=ledger_connection)
+
+
+def _in_a_file(database: str | Path | duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``database`` (a path, ``":memory:"`` or a connection) is kept in a file, as
+    ``duckdb.connect`` would open it (``""`` and ``":memory:[name]"`` are in memory)."""
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        return database_path(database) is not None
+    return str(database) != "" and not str(database).startswith(":memory:")
+
+
+def _same_file(connection: duckdb.DuckDBPyConnection, ledger: str | Path) -> bool:
+    """Whether ``ledger`` names the file of ``connection``'s database (its own ledger)."""
+    path = database_path(connection)
+    return path is not None and os.path.realpath(path) == os.path.realpath(ledger)

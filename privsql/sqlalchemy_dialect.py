@@ -8,8 +8,9 @@
 
 ``privsql:///PATH`` runs privsql in this process through ``privsql.dbapi``; the URL's
 query string sets ``privsql.connect`` options (``privsql:///new.duckdb?budget=3``,
-see ``privsql.dbapi.OPTIONS``). Table and column listings come from the catalogue (a
-schema is not private); they never read data.
+see ``privsql.dbapi.OPTIONS``; never the ledger or a seed, ``privsql.dbapi.NOT_IN_URLS``).
+Table and column listings come from the catalogue (a schema is not private); they never
+read data.
 
 ``privsql+server://alice@host:5433/db`` reaches a ``privsql serve`` server: it is
 SQLAlchemy's own PostgreSQL dialect over psycopg, with privsql's default port, since the

@@ -503,3 +503,122 @@ def test_splitting_input_into_commands():
     assert cli.is_complete("SELECT 1;") and cli.is_complete(".tables")
     assert not cli.is_complete("SELECT 1") and not cli.is_complete("SELECT ';")
     assert not cli.is_complete("SELECT 1 -- ;")
+
+
+# -- the database's own files: never written or run by .output, .read, -f (red team 34) -------
+
+
+def own_state(database: str) -> tuple[bytes, float, float]:
+    """The key file's bytes and the ledger's total and spent: a refusal leaves them."""
+    with privsql.connect(database) as db:
+        return Path(f"{database}{KEY_SUFFIX}").read_bytes(), db.budget.total, db.budget.spent
+
+
+def spellings(database: str, tmp_path: Path) -> dict[str, str]:
+    """Ways to name the database's own files, from ``tmp_path`` as the working directory."""
+    path = Path(database)
+    key = Path(f"{database}{KEY_SUFFIX}")
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    (tmp_path / "key-link").symlink_to(key)
+    (tmp_path / "db-link").symlink_to(path)
+    os.link(key, tmp_path / "key-hardlink")
+    return {
+        "key": str(key),
+        "key, relative": key.name,
+        "key, ./": f"./{key.name}",
+        "key, sub/..": f"sub/../{key.name}",
+        "key, quoted": f"'{key}'",
+        "key, symbolic link": "key-link",
+        "key, hard link": "key-hardlink",
+        "database": str(path),
+        "database, relative": path.name,
+        "database, symbolic link": "db-link",
+        "write-ahead log": f"{path.name}.wal",
+    }
+
+
+SPELLINGS = [
+    "key",
+    "key, relative",
+    "key, ./",
+    "key, sub/..",
+    "key, quoted",
+    "key, symbolic link",
+    "key, hard link",
+    "database",
+    "database, relative",
+    "database, symbolic link",
+    "write-ahead log",
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_output_refuses_the_database_s_own_files(
+    capsys, database, tmp_path, monkeypatch, spelling
+):
+    """``.output`` opens its file for writing: the key truncated left the database unusable
+    for good, the database file truncated lost the data."""
+    monkeypatch.chdir(tmp_path)
+    target = spellings(database, tmp_path)[spelling]
+    before = own_state(database)
+    code, out, err = run(
+        capsys, database, "-c", f".output {target}\nSELECT COUNT(*) AS n FROM airlines;"
+    )
+    assert code == cli.EXIT_ERROR
+    assert ".output refuses" in err and "own file" in err
+    assert "16" in out  # results stay on the screen
+    assert own_state(database) == before
+    assert not (tmp_path / f"{Path(database).name}.wal").exists()
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_read_and_f_refuse_the_database_s_own_files(
+    capsys, database, tmp_path, monkeypatch, spelling
+):
+    """Read as commands, the key's first token was quoted in the syntax error."""
+    monkeypatch.chdir(tmp_path)
+    target = spellings(database, tmp_path)[spelling]
+    before = own_state(database)
+    key = before[0].decode().strip()
+    code, _, err = run(capsys, database, "-c", f".read {target}")
+    assert code == cli.EXIT_ERROR and ".read refuses" in err and "own file" in err
+    assert key not in err and "near" not in err
+    if not target.startswith("'"):  # (a shell would take the quotes off)
+        code, out, err = run(capsys, database, "-f", target)
+        assert code == cli.EXIT_ERROR and out == "" and key not in err and "near" not in err
+        if spelling.startswith("key"):  # the database is not text, its log not there
+            assert "-f refuses" in err
+    assert own_state(database) == before
+
+
+FAKE_KEY = "af2858e2b8edfe5f2a16a32275a5cd91db136f65017ea5cb155350fc67e6d5d2"
+NOT_SQL = {
+    "a key": f"{FAKE_KEY}\n",
+    "a CSV": "ssn_first,name\n123-45-6789,alice\n",
+    "pieces": f"{FAKE_KEY};\nhunter2 ok;\n",
+    "a dot line": f".{FAKE_KEY}\n",
+}
+
+
+@pytest.mark.parametrize("content", NOT_SQL.values(), ids=NOT_SQL.keys())
+def test_a_file_that_does_not_parse_is_not_quoted(capsys, database, tmp_path, content):
+    """Any text file can be given to ``.read`` or ``-f``; its syntax errors say where they
+    are (file and line), not the text there."""
+    secret = tmp_path / "secret.csv"
+    secret.write_text(content)
+    words = {FAKE_KEY, "ssn_first", "alice", "hunter2", "123"}
+    for argv in (["-c", f".read {secret}"], ["-f", str(secret)]):
+        code, out, err = run(capsys, database, *argv)
+        assert code in (cli.EXIT_SYNTAX, cli.EXIT_ERROR) and out == ""
+        assert f"{secret}:1: error: " in err
+        assert not any(word in err for word in words), err
+        assert "near" not in err
+    assert spent(database) == 0
+
+
+def test_a_statement_typed_is_still_quoted_in_its_syntax_error(capsys, database):
+    """The analyst's own input (``-c``, the prompt, stdin) is quoted: it is theirs."""
+    code, _, err = run(capsys, database, "-c", "hunter2 ok")
+    assert code == cli.EXIT_SYNTAX and 'near "hunter2"' in err
+    code, _, err = run(capsys, database, "-c", ".hunter2")
+    assert code == cli.EXIT_ERROR and "unknown command .hunter2" in err

@@ -301,15 +301,15 @@ def test_urls():
     assert dbapi.parse_url("privsql:///flights.duckdb") == ("flights.duckdb", {})
     assert dbapi.parse_url("privsql:////data/flights.duckdb")[0] == "/data/flights.duckdb"
     assert dbapi.parse_url("privsql://") == (":memory:", {})
-    url = "privsql:///f.duckdb?budget=3&epsilon=0.5&declared_files_only=true&seed=4"
+    url = "privsql:///f.duckdb?budget=3&epsilon=0.5&declared_files_only=true&lock_timeout=2"
     assert dbapi.parse_url(url) == (
         "f.duckdb",
-        {"budget": 3.0, "epsilon": 0.5, "declared_files_only": True, "seed": 4},
+        {"budget": 3.0, "epsilon": 0.5, "declared_files_only": True, "lock_timeout": 2.0},
     )
     for bad in (
         "privsql:///f.duckdb?budget=lots",
         "privsql:///f.duckdb?colour=red",
-        "privsql:///f.duckdb?insecure=maybe",
+        "privsql:///f.duckdb?declared_files_only=maybe",
         "privsql://alice@host:5433/db",
         "postgresql:///db",
     ):
@@ -326,3 +326,59 @@ def test_non_finite_decimals_are_values_not_names(value: decimal.Decimal) -> Non
     from privsql.dbapi import literal_text
 
     assert "CAST(" in literal_text(value) and "DOUBLE" in literal_text(value)
+
+
+# -- what a URL may not choose (red team 34) ---------------------------------------------
+
+
+@pytest.fixture
+def protected(tmp_path, flights_frame):
+    """A database file with its own ledger (ε = 2) and ``flights`` private per plane."""
+    path = tmp_path / "flights.duckdb"
+    with privsql.connect(path, budget=2.0) as owner:
+        owner._con.register("frame", flights_frame.head(5000))
+        owner._con.execute("CREATE TABLE flights AS SELECT * FROM frame")
+        owner.protect("flights", privacy_unit="tailnum")
+    return path
+
+
+def state(path) -> tuple[bytes, float, float]:
+    """The key file's bytes and the ledger's total and spent."""
+    with privsql.connect(path) as db:
+        return (
+            (path.parent / f"{path.name}.privsql-key").read_bytes(),
+            db.budget.total,
+            db.budget.spent,
+        )
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ledger=fresh.duckdb&budget=1e9",  # a fresh ledger: a fresh budget, no declarations
+        "ledger=:memory:",
+        "seed=424242&insecure=true",  # predictable noise: exact answers recovered
+        "seed=1",
+        "insecure=1",
+        "budget=2&seed=3&insecure=yes",
+    ],
+)
+def test_a_url_cannot_choose_the_ledger_or_seed_the_noise(protected, tmp_path, monkeypatch, query):
+    monkeypatch.chdir(tmp_path)
+    before = state(protected)
+    with pytest.raises(dbapi.InterfaceError, match="not taken from a URL"):
+        dbapi.parse_url(f"privsql:///{protected}?{query}")
+    assert not (tmp_path / "fresh.duckdb").exists()
+    assert state(protected) == before
+
+
+def test_connect_refuses_another_ledger_or_a_seed_on_a_protected_file(protected, tmp_path):
+    """``dbapi.connect``'s options go to ``privsql.connect``, which refuses both."""
+    before = state(protected)
+    fresh = tmp_path / "fresh.duckdb"
+    with pytest.raises(dbapi.PrivacyRefusal, match="ledger of its own"):
+        dbapi.connect(protected, ledger=fresh, budget=1e9)
+    with pytest.raises(dbapi.PrivacyRefusal, match="seed"):
+        dbapi.connect(protected, seed=424242, insecure=True)
+    assert not fresh.exists()
+    assert state(protected) == before

@@ -221,6 +221,115 @@ def test_the_key_file_is_private_to_its_owner(database):
     assert Path(f"{database}{KEY_SUFFIX}").stat().st_mode & 0o077 == 0
 
 
+# -- a database's own ledger, and noise from a seed (red team 34) -------------------------------
+
+
+def ledger_files(path: Path) -> dict[str, bytes]:
+    """The key file's bytes and, by table, the ledger's rows: what a refusal must leave."""
+    return {"key": Path(f"{path}{KEY_SUFFIX}").read_bytes(), **snapshot(path)}
+
+
+OTHER_LEDGERS = {
+    "a fresh file": lambda folder: folder / "fresh.duckdb",
+    "in memory": lambda folder: ":memory:",
+}
+
+
+@pytest.mark.parametrize("other", OTHER_LEDGERS.values(), ids=OTHER_LEDGERS.keys())
+@pytest.mark.parametrize("given", [False, True], ids=["path", "connection"])
+def test_a_database_with_its_own_ledger_is_refused_another(database, tmp_path, other, given):
+    """``ledger=`` would open the owner's data with a fresh budget and no declarations
+    (``public`` on the private table, then its raw rows)."""
+    before = ledger_files(database)
+    ledger = other(tmp_path)
+    data = duckdb.connect(str(database)) if given else database
+    with pytest.raises(privsql.PrivacyError, match="ledger of its own") as refused:
+        privsql.connect(data, budget=1e9, ledger=ledger)
+    assert before["key"].hex() not in str(refused.value)
+    if given:
+        data.execute("SELECT 1")  # a connection passed in stays open for its owner
+        data.close()
+    assert ledger == ":memory:" or not Path(ledger).exists()  # no fresh ledger was made
+    assert ledger_files(database) == before
+    with privsql.connect(database) as db:  # the database's own ledger, as it was
+        assert db.budget.total == BUDGET and db.budget.spent == pytest.approx(2 * EPSILON)
+
+
+def test_a_database_whose_ledger_was_removed_is_refused_another_too(database, tmp_path):
+    """The key file alone says a ledger existed (``Ledger._create`` refuses to start afresh
+    beside it); another ledger would be the fresh one it refuses."""
+    raw(database, "DROP SCHEMA __privsql CASCADE")
+    with pytest.raises(privsql.PrivacyError, match="ledger of its own"):
+        privsql.connect(database, budget=1e9, ledger=tmp_path / "fresh.duckdb")
+    assert not (tmp_path / "fresh.duckdb").exists()
+
+
+def test_an_in_memory_database_with_a_ledger_is_refused_another(tmp_path):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range % 5 AS u FROM range(50)")
+    privsql.connect(con, budget=1.0).protect("t", privacy_unit="u")
+    with pytest.raises(privsql.PrivacyError, match="ledger of its own"):
+        privsql.connect(con, budget=1e9, ledger=tmp_path / "fresh.duckdb")
+
+
+def test_a_ledger_of_its_own_named_as_ledger_is_its_own(database, monkeypatch):
+    """``ledger=`` spelling the database's own file opens the ledger it holds."""
+    monkeypatch.chdir(database.parent)
+    with privsql.connect(database, ledger=f"./{database.name}") as db:
+        assert db.budget.total == BUDGET and db.budget.spent == pytest.approx(2 * EPSILON)
+
+
+def test_a_database_without_a_ledger_takes_one_in_another_file(tmp_path):
+    """What ``ledger=`` is for: the ledger kept apart from data that has none."""
+    path, ledger = tmp_path / "data.duckdb", tmp_path / "ledger.duckdb"
+    raw(path, "CREATE TABLE t AS SELECT range % 50 AS u, range AS v FROM range(500)")
+    with privsql.connect(path, budget=1.0, ledger=ledger) as db:
+        db.protect("t", privacy_unit="u")
+        db.sql(query(1))
+    with privsql.connect(path, ledger=ledger) as db:
+        assert db.budget.spent == pytest.approx(EPSILON)
+    assert not Path(f"{path}{KEY_SUFFIX}").exists() and Path(f"{ledger}{KEY_SUFFIX}").exists()
+
+
+SEEDED_DURABLE = {
+    "file database": lambda folder, path: {"database": path},
+    "connection to a file": lambda folder, path: {"database": duckdb.connect(str(path))},
+    "ledger in a file": lambda folder, path: {
+        "database": duckdb.connect(),
+        "ledger": folder / "other-ledger.duckdb",
+        "budget": 1.0,
+    },
+}
+
+
+@pytest.mark.parametrize("where", SEEDED_DURABLE.values(), ids=SEEDED_DURABLE.keys())
+def test_a_seed_is_refused_on_a_durable_ledger(database, tmp_path, where):
+    """Seeded noise is predictable: the same query under the same seed on an empty copy
+    gives the noise alone, and subtracting it the exact answer, charged as if private."""
+    before = ledger_files(database)
+    options = where(tmp_path, database)
+    with pytest.raises(privsql.PrivacyError, match="seed") as refused:
+        privsql.connect(**options, seed=424242, insecure=True)
+    assert before["key"].hex() not in str(refused.value)
+    if isinstance(options["database"], duckdb.DuckDBPyConnection):
+        options["database"].close()
+    assert "ledger" not in options or not options["ledger"].exists()
+    assert ledger_files(database) == before
+
+
+def test_a_seed_on_data_in_memory_is_reproducible():
+    """What seeds are for: tests, on throwaway data in memory."""
+
+    def answer() -> list:
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t AS SELECT range % 50 AS u, range AS v FROM range(500)")
+        with privsql.connect(con, budget=1.0, seed=5, insecure=True) as db:
+            db.protect("t", privacy_unit="u")
+            return db.sql(query(1)).fetchall()
+
+    assert answer() == answer()
+
+
 # -- races ----------------------------------------------------------------------------------
 
 

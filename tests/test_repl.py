@@ -339,3 +339,23 @@ def test_errors_raised_by_the_work_reach_the_caller():
 
     with pytest.raises(privsql.PrivacyError):
         repl.run_with_progress(Connection(), fail, stream=None)
+
+
+def test_the_repl_writes_none_of_the_database_s_own_files(database: Path, tmp_path: Path):
+    """A history file (``PRIVSQL_HISTORY``) or ``.output`` naming the key would append to it
+    or truncate it, and the database would refuse service for good (red team 34)."""
+    key = Path(f"{database}{KEY_SUFFIX}")
+    before = key.read_bytes()
+    terminal = Terminal(database, key)
+    terminal.read_until("privsql>")
+    terminal.enter(f".output {key}")
+    assert ".output refuses" in terminal.read_until("own file")
+    terminal.enter(f".read {key}")
+    assert ".read refuses" in terminal.read_until("own file")
+    terminal.enter("SELECT COUNT(*) AS airports FROM airports;")
+    assert re.search(r"│\s+3 │", terminal.read_until("public data: exact, no cost"))
+    terminal.enter(".exit")
+    assert terminal.close() == 0
+    assert key.read_bytes() == before
+    with privsql.connect(database) as db:
+        assert db.budget.spent == 0

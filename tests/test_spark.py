@@ -280,11 +280,21 @@ def _ks_discrete_laplace(sample: np.ndarray, scale: float) -> float:
     )
 
 
+def test_a_seed_is_refused_with_a_ledger_in_a_file(spark, tmp_path):
+    """Predictable noise charged to a durable ledger (red team 34)."""
+    ledger = tmp_path / "ledger.duckdb"
+    with pytest.raises(privsql.PrivacyError, match="seed"):
+        privsql.connect(
+            engine="spark", spark=spark, budget=2.0, seed=2, insecure=True, ledger=ledger
+        )
+    assert not ledger.exists()
+
+
 def test_the_ledger_is_charged_alike_and_durable(spark, data, tmp_path):
     query = "SELECT COUNT(*) AS n FROM t PRIVACY_UNIT uid BOUND ROWS 2 EPSILON 0.5"
     ledger = tmp_path / "ledger.duckdb"
     on_duckdb = _duckdb(data, budget=2.0, seed=1)
-    on_spark = _spark(spark, budget=2.0, seed=2, ledger=ledger)
+    on_spark = _spark(spark, budget=2.0, ledger=ledger)  # a seed is refused on a file ledger
     first = on_spark.sql(query)
     on_duckdb.sql(query)
     assert on_spark.budget.spent == on_duckdb.budget.spent == pytest.approx(0.5)

@@ -126,6 +126,31 @@ def test_a_refusal_raises_with_its_rule_and_charges_nothing(engine):
     assert spent(engine) == 0
 
 
+@pytest.mark.parametrize("query", ["seed=424242&insecure=true", "ledger=fresh.duckdb&budget=1e9"])
+def test_a_url_cannot_seed_the_noise_or_choose_the_ledger(database, tmp_path, query):
+    """As in red team 34: a seeded URL gave predictable noise on the real database, and a
+    ledger in the URL opened it with a fresh budget and no declarations."""
+    with pytest.raises(dbapi.InterfaceError, match="not taken from a URL"):
+        engine = sqlalchemy.create_engine(f"privsql:///{database}?{query}")
+        with engine.connect():
+            pass
+    assert not (tmp_path / "fresh.duckdb").exists()
+    engine = sqlalchemy.create_engine(f"privsql:///{database}")
+    assert spent(engine) == 0
+    engine.dispose()
+
+
+def test_another_ledger_given_in_code_is_refused_for_a_database_with_its_own(database, tmp_path):
+    fresh = tmp_path / "fresh.duckdb"
+    engine = sqlalchemy.create_engine(
+        f"privsql:///{database}", connect_args={"ledger": fresh, "budget": 1e9}
+    )
+    with pytest.raises(sqlalchemy.exc.DBAPIError, match="ledger of its own"):
+        engine.connect()
+    engine.dispose()
+    assert not fresh.exists()
+
+
 def test_in_memory_engines_share_one_session():
     """A fresh in-memory session per pooled connection would bring a fresh budget."""
     engine = sqlalchemy.create_engine("privsql://?budget=2")
