@@ -188,7 +188,7 @@ class CatalogCache:
         protection = catalog.protection(reader)
         schema = reader_schema(protection.columns if protection else (), groups)
         unit = protection.privacy_unit if protection else ""
-        return schema, conformed_read(reader, schema, groups, unit)
+        return schema, conformed_read(reader, schema, groups, unit, self._engine.convert)
 
     def _is_table(self, source: str) -> bool:
         """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,14 +29,12 @@ from sqlglot import exp
 from privsql.bound_reads import check_public_reads
 from privsql.footers import footer_groups
 from rewriter.analyze import Analysis
-from rewriter.catalog import reader_paths
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
-from rewriter.files import FileGroup
+from rewriter.files import FileGroup, Schema, try_cast
 from rewriter.functions import DISABLED_OPTIMIZERS
 from rewriter.generate import RELEASED, Selected, Stages
-from rewriter.relations import source_sql
 from rewriter.sqlbuild import SECRET
-from rewriter.transpile import check_for_spark, to_spark
+from rewriter.transpile import check_for_spark, spark_conversion, to_spark
 
 T = TypeVar("T")
 WITHHELD = (
@@ -64,6 +63,12 @@ class Engine(Protocol):
     def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
         """The files a ``read_parquet`` table reads, grouped by the schema each is read
         with alone (``rewriter.files``; no rows read)."""
+        ...
+
+    def convert(self, column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
+        """A group's ``column`` of type ``found`` as the declared type ``kind``, as DuckDB's
+        ``TRY_CAST`` converts it, never an error; None where the engine cannot (NULL then:
+        ``rewriter.files.Conversion``)."""
         ...
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
@@ -213,6 +218,9 @@ class DuckDBEngine:
     def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
         return footer_groups(self._con, reader)
 
+    def convert(self, column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
+        return try_cast(column, found, kind)
+
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         # A table's definition lists its columns and their types: a renamed, added or
         # retyped column changes the listing, and so does any table or view made or dropped.
@@ -291,6 +299,15 @@ class DuckDBEngine:
 
 
 PARTITION_TYPE_INFERENCE = "spark.sql.sources.partitionColumnTypeInference.enabled"
+UNNAMED = re.compile(r"[`:]")
+"""What a file's name (past its scheme) cannot hold in a Spark SQL path: a backquote ends
+the quoted path, a colon is a URI's."""
+
+
+def _unnamed(file: str) -> bool:
+    """Whether a Spark SQL path cannot name ``file``: it is left out by itself (taking its
+    group with it would take other units' rows)."""
+    return bool(UNNAMED.search(file.partition("://")[2] or file))
 
 
 class SparkEngine:
@@ -323,11 +340,58 @@ class SparkEngine:
             raise PrivacyError(f"cannot read the columns of {source}") from None
 
     def file_groups(self, reader: exp.Table) -> tuple[FileGroup, ...]:
-        """Spark reads a path with the schema it infers (one group: the reader's paths)."""
-        source = source_sql(reader)
-        schema = zip(self.columns(source), self.types(f"SELECT * FROM {source}"), strict=True)
-        paths = tuple(p.name for p in reader_paths(reader.this))
-        return (FileGroup(paths, tuple(schema)),)
+        """The files DuckDB's rule groups (``footers.footer_groups``: by footer, the files it
+        cannot read or decode left out), each group with the schema Spark reads it with.
+
+        Spark read a glob with one file's schema, and failed the read on a file whose
+        footer gave a column another type (one unit's file with ``INT64`` where the others
+        hold ``DOUBLE`` refused every query, for free: red team 34); each group is now read
+        by itself, where no file disagrees, and converted to the declared schema
+        (``rewriter.files.conformed_read``, ``convert``). A group Spark cannot read (a type
+        it has not) is left out as an unreadable file is, and so is a file whose name a
+        Spark path cannot hold.
+        The footers are read by DuckDB: files it cannot reach are refused."""
+        groups = footer_groups(self._con, reader)
+        if not groups:
+            raise UnsupportedQuery(
+                "the Spark engine reads Parquet files only where privsql can read their "
+                f"footers, and found none for {reader.sql(dialect='duckdb')}"
+            )
+        read = []
+        for group in groups:
+            files = tuple(file for file in group.files if not _unnamed(file))
+            schema = self._spark_schema(files) if files else None
+            if schema is not None:
+                read.append(FileGroup(files, schema, group.every_file))
+        if sum(len(group.files) for group in read) < sum(len(group.files) for group in groups):
+            return tuple(FileGroup(group.files, group.schema, False) for group in read)
+        return tuple(read)
+
+    def _spark_schema(self, files: tuple[str, ...]) -> Schema | None:
+        """The columns and types (as DuckDB names them) Spark reads ``files`` (one group)
+        with, from their footers (one for all); None if it cannot."""
+        listed = exp.Array(expressions=[exp.Literal.string(file) for file in files])
+        source = exp.Table(this=exp.ReadParquet(expressions=[listed])).sql(dialect="duckdb")
+        try:
+            names = self.columns(source)
+            kinds = self.types(f"SELECT * FROM {source}")
+        except PrivacyError:
+            return None
+        return tuple(zip(names, map(self._named, kinds), strict=True))
+
+    def convert(self, column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
+        """Spark's conversion (``transpile.spark_conversion``); a type declared by another
+        of its names (``TEXT`` for ``VARCHAR``, as older declarations on Spark were
+        recorded) is the same type."""
+        if self._named(kind) == found:
+            return column
+        return spark_conversion(column, found, kind)
+
+    def _named(self, kind: str) -> str:
+        """A type as DuckDB names it (``VARCHAR``, not ``TEXT``; ``INTEGER``, not ``INT``),
+        as the declared ones are (``Session._file_schema``)."""
+        ((named,),) = self._con.execute(f"SELECT typeof(CAST(NULL AS {kind}))").fetchall()
+        return str(named)
 
     def tables(self) -> list[tuple[exp.Table, str | None]]:
         found: list[tuple[exp.Table, str | None]] = []

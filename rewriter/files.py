@@ -9,7 +9,8 @@ comes from its data). So a reader's schema is the owner's declaration (recorded 
 *to* it: files are grouped by their footers' schemas (metadata, no row read), each group
 is read by itself — within a group no cast can fail — and its columns are converted to the
 declared types with ``TRY_CAST`` (a value that does not convert is NULL, a column a group
-lacks or holds as another nested type is NULL). Which rows a unit contributes and what
+lacks or holds as another nested type is NULL; on Spark, so is one whose conversion Spark
+does not compute as DuckDB does: ``Conversion``). Which rows a unit contributes and what
 each holds can change with its files; whether the query runs, and its columns, cannot.
 
 An undeclared reader (the owner's own session: SPEC's threat model makes no boundary
@@ -18,7 +19,7 @@ against an analyst who can read the files) is read only when its files share one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -27,6 +28,16 @@ from rewriter.errors import UnsupportedQuery
 
 Schema = tuple[tuple[str, str], ...]
 """Column names and DuckDB types, in order."""
+
+Conversion = Callable[[exp.Expr, str, str], exp.Expr | None]
+"""How an engine converts a column of one group (its type there) to the declared type: the
+converted value, which is never an error, or None where the engine cannot compute what
+DuckDB's ``TRY_CAST`` computes (the column is then NULL in that group)."""
+
+
+def try_cast(column: exp.Expr, found: str, kind: str) -> exp.Expr:
+    """DuckDB's conversion: ``TRY_CAST``, NULL where a value does not convert."""
+    return exp.TryCast(this=column, to=exp.DataType.build(kind, dialect="duckdb"))
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,15 @@ def reader_schema(declared: Schema, groups: Sequence[FileGroup]) -> Schema:
 
 
 def conformed_read(
-    reader: exp.Table, schema: Schema, groups: Sequence[FileGroup], unit: str = ""
+    reader: exp.Table,
+    schema: Schema,
+    groups: Sequence[FileGroup],
+    unit: str = "",
+    convert: Conversion = try_cast,
 ) -> exp.Expr:
     """``reader`` (without its alias) reading its files with ``schema``: the reader itself
-    where its files' one schema is ``schema``, else a union of one read per group.
+    where its files' one schema is ``schema``, else a union of one read per group, each
+    column converted with the engine's ``convert``.
 
     The ``unit`` column is kept only where a group holds it in the declared type: a
     conversion can make two values one (``'02'``, ``' 2'`` and ``1.5`` are all INTEGER 2),
@@ -67,14 +83,16 @@ def conformed_read(
         bare = reader.copy()  # no files: the reader's own error, as for any missing file
         bare.set("alias", None)
         return bare
-    reads = [_group_read(reader.this, schema, group, unit.lower()) for group in groups]
+    reads = [_group_read(reader.this, schema, group, unit.lower(), convert) for group in groups]
     union: exp.Query = reads[0]
     for read in reads[1:]:
         union = exp.Union(this=union, expression=read, distinct=False)
     return exp.Subquery(this=union)
 
 
-def _group_read(reader: exp.Func, schema: Schema, group: FileGroup, unit: str) -> exp.Select:
+def _group_read(
+    reader: exp.Func, schema: Schema, group: FileGroup, unit: str, convert: Conversion
+) -> exp.Select:
     found = {name.lower(): kind for name, kind in group.schema}
     declared = {name.lower(): kind for name, kind in schema}
     if unit in found and not _one_to_one(found[unit], declared.get(unit)):
@@ -82,22 +100,20 @@ def _group_read(reader: exp.Func, schema: Schema, group: FileGroup, unit: str) -
     options = [a.copy() for a in reader.expressions if isinstance(a, (exp.EQ, exp.PropertyEQ))]
     files = exp.Array(expressions=[exp.Literal.string(f) for f in group.files])
     read = exp.Table(this=exp.ReadParquet(expressions=[files, *options]))
-    columns = [_converted(name, kind, found.get(name.lower())) for name, kind in schema]
+    columns = [_converted(name, kind, found.get(name.lower()), convert) for name, kind in schema]
     return exp.select(*columns).from_(read)
 
 
-def _converted(name: str, kind: str, found: str | None) -> exp.Expr:
+def _converted(name: str, kind: str, found: str | None, convert: Conversion) -> exp.Expr:
     """Column ``name`` of one group as type ``kind`` (``found``: its type there, if any)."""
-    target = exp.DataType.build(kind, dialect="duckdb")
     column = exp.column(name, quoted=True)
-    if found is None:
-        value: exp.Expr = exp.Cast(this=exp.null(), to=target)
-    elif found == kind:
+    value: exp.Expr | None = None
+    if found == kind:
         value = column
-    elif _nested(kind) or _nested(found):
-        value = exp.Cast(this=exp.null(), to=target)
-    else:
-        value = exp.TryCast(this=column, to=target)
+    elif found is not None and not (_nested(kind) or _nested(found)):
+        value = convert(column, found, kind)
+    if value is None:
+        value = exp.Cast(this=exp.null(), to=exp.DataType.build(kind, dialect="duckdb"))
     return exp.alias_(value, name, quoted=True)
 
 

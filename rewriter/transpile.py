@@ -15,6 +15,9 @@ does.
 
 from __future__ import annotations
 
+import os
+import re
+
 import sqlglot
 from sqlglot import exp
 
@@ -119,24 +122,105 @@ def to_spark(sql: str) -> str:
 
 
 def _check_source(table: exp.Table) -> None:
-    """Spark reads tables, views and one Parquet path (``read_parquet('...')``). The
-    partitioning options privsql pins on DuckDB's readers are dropped: Spark finds
-    partition directories itself, and types them as strings under the engine's required
-    setting (``privsql.engines.PARTITION_TYPE_INFERENCE``)."""
+    """Spark reads tables, views and Parquet files: ``read_parquet('<path or glob>')`` or
+    a list of files (one group of a declared glob: ``rewriter.files.conformed_read``),
+    which is read as one Hadoop glob (``spark_path``). The partitioning options privsql
+    pins on DuckDB's readers are dropped: Spark finds partition directories itself, and
+    types them as strings under the engine's required setting
+    (``privsql.engines.PARTITION_TYPE_INFERENCE``)."""
     reader = table.this
     if not isinstance(reader, exp.Func):
         return
     arguments = reader.expressions if isinstance(reader, exp.ReadParquet) else []
     arguments = [a for a in arguments if not _partitioning_option(a)]
-    if isinstance(reader, exp.ReadParquet):
-        reader.set("expressions", arguments)
-    if not (
-        len(arguments) == 1 and isinstance(arguments[0], exp.Literal) and arguments[0].is_string
-    ):
+    path = _path(arguments[0]) if len(arguments) == 1 else None
+    if path is None:
         raise UnsupportedQuery(
             "the Spark engine reads tables, views and read_parquet('<one path or glob>'); "
             f"not {reader.sql(dialect='duckdb')}"
         )
+    reader.set("expressions", [exp.Literal.string(path)])
+
+
+def _path(argument: exp.Expr) -> str | None:
+    """The path a reader names as written (a glob stays a glob), or the one Hadoop glob that
+    names exactly the files it lists; None for anything else."""
+    if isinstance(argument, exp.Literal) and argument.is_string:
+        return argument.name
+    files = argument.expressions if isinstance(argument, exp.Array) else []
+    if files and all(isinstance(f, exp.Literal) and f.is_string for f in files):
+        return _hadoop_glob([f.name for f in files])
+    return None
+
+
+HADOOP_GLOB = re.compile(r"([\\{}\[\]*?,])")
+"""What Hadoop's glob reads as a pattern's (``\\`` escapes each)."""
+
+
+def _hadoop_glob(files: list[str]) -> str:
+    """The Hadoop glob that names exactly ``files``: their common directory and
+    ``{name,...}`` under it, every pattern character of a name escaped."""
+    prefix = os.path.commonprefix(files)  # noqa: RUF071 (by characters, cut at a "/" here)
+    prefix = prefix[: prefix.rfind("/") + 1]
+    names = ",".join(_literal(file[len(prefix) :]) for file in files)
+    return f"{_literal(prefix)}{{{names}}}"
+
+
+def _literal(path: str) -> str:
+    return HADOOP_GLOB.sub(r"\\\1", path)
+
+
+SPARK_INTEGERS = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT"})
+SPARK_CONVERSIONS = frozenset(
+    {(found, kind) for found in SPARK_INTEGERS for kind in SPARK_INTEGERS}
+    | {(found, "DOUBLE") for found in (*SPARK_INTEGERS, "FLOAT")}
+)
+"""The conversions between a group's type and a declared one whose ``try_cast`` on Spark
+gives, for every value, what DuckDB's ``TRY_CAST`` gives (integers exactly or NULL,
+doubles rounded to nearest). Text to DOUBLE is ``_text_to_double``; anything else reads as
+NULL on Spark (a double to an integer rounds on DuckDB and truncates on Spark, a number
+is written as text differently, ...)."""
+
+SPACE = r"[ \t\n\x0B\f\r]*"
+DIGITS = r"[0-9](?:_?[0-9])*"
+NUMBER = rf"^{SPACE}[+-]?(?:{DIGITS}(?:\.(?:{DIGITS})?)?|\.{DIGITS})(?:[eE][+-]?{DIGITS})?{SPACE}\z"
+NAN = rf"^{SPACE}[+-]?[nN][aA][nN]{SPACE}\z"
+INFINITY = rf"^{SPACE}[+-]?[iI][nN][fF](?:[iI][nN][iI][tT][yY])?{SPACE}\z"
+"""The text DuckDB's ``TRY_CAST`` reads as a DOUBLE (same in RE2 and Java's regular
+expressions): a decimal number (one ``_`` allowed between digits), or NaN or infinity of
+either case and sign, between ASCII spaces."""
+
+
+def spark_conversion(column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
+    """``column`` of a file group, of type ``found``, as the declared type ``kind`` on Spark
+    (``rewriter.files.Conversion``): the very value DuckDB's ``TRY_CAST`` gives, or None
+    where Spark's conversion is not known to give it."""
+    if (found, kind) in SPARK_CONVERSIONS:
+        return _try_cast(column, exp.DataType.build(kind, dialect="duckdb"))
+    if (found, kind) == ("VARCHAR", "DOUBLE"):
+        return _text_to_double(column)
+    return None
+
+
+def _text_to_double(column: exp.Expr) -> exp.Expr:
+    """DuckDB's ``TRY_CAST(column AS DOUBLE)`` of text, on Spark: only text that DuckDB reads
+    (``NUMBER``, ``NAN``, ``INFINITY``) is converted, without its ``_``, by Java's
+    correctly rounded parser (out of range is infinity on both); Spark's cast alone also
+    reads ``1d``, ``0x1p3`` and control characters, and not ``+nan`` or ``1_000``."""
+    double = exp.DataType.build("DOUBLE")
+    number, nan, infinity = (
+        exp.RegexpLike(this=column.copy(), expression=exp.Literal.string(pattern))
+        for pattern in (NUMBER, NAN, INFINITY)
+    )
+    unseparated = exp.func(
+        "replace", column.copy(), exp.Literal.string("_"), exp.Literal.string("")
+    )
+    return (
+        exp.Case()
+        .when(number, _try_cast(unseparated, double))
+        .when(nan, exp.Cast(this=exp.Literal.string("NaN"), to=double.copy()))
+        .when(infinity, _try_cast(column.copy(), double))
+    )
 
 
 def _partitioning_option(argument: exp.Expr) -> bool:

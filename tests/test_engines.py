@@ -97,9 +97,13 @@ def test_spark_refuses_row_level_functions_it_cannot_match(db, where, refused):
         to_spark(statement.output("__groups"))
 
 
-def test_spark_reads_one_parquet_path_only():
+def test_spark_reads_one_parquet_path_or_a_list_of_files_only():
+    """A path is read as written; a list of files (one footer group of a declared glob) as
+    the one Hadoop glob naming exactly them, their pattern characters escaped."""
     assert "parquet.`/data/*.parquet`" in to_spark("SELECT * FROM read_parquet('/data/*.parquet')")
-    for reader in ("read_parquet(['/a', '/b'])", "read_csv('/a.csv')"):
+    listed = to_spark("SELECT * FROM read_parquet(['/d/a.parquet', '/d/e/b{1,2}*.parquet'])")
+    assert r"parquet.`/d/{a.parquet,e/b\{1\,2\}\*.parquet}`" in listed
+    for reader in ("read_parquet('/a', filename = true)", "read_csv('/a.csv')"):
         with pytest.raises(UnsupportedQuery, match="read_parquet"):
             to_spark(f"SELECT * FROM {reader}")
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from sqlglot import exp
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install privsql[spark])")
 
@@ -24,7 +25,7 @@ from rewriter.analyze import analyze
 from rewriter.errors import PrivacyError
 from rewriter.generate import stages
 from rewriter.plan import plan
-from rewriter.transpile import to_spark
+from rewriter.transpile import spark_conversion, to_spark
 
 KEYS = {"g": [0, 1, 2, 3]}
 SECRET = 12345
@@ -409,3 +410,92 @@ def test_text_units_join_byte_for_byte(spark):
         "PRIVACY_UNIT l.name BOUND ROWS 1000 EPSILON 1000"
     ).fetchall()[0][0]
     assert count == pytest.approx(25 * 10, abs=30)  # the 25 lower-case rows, 10 matches each
+
+
+FLIGHTS = (
+    "SELECT SUM(dep_delay CLAMPED BETWEEN -60 AND 600) AS s FROM read_parquet('{glob}') "
+    "PRIVACY_UNIT tailnum BOUND ROWS 100 EPSILON 1000"
+)
+PLANTED = {
+    "int64": np.array([1, 2, 3], dtype="int64"),
+    "text": np.array(["x", "1e400", "5"], dtype=object),
+    "list": pd.Series([[1.0], [2.0], [3.0]]),
+}
+"""One unit's file: ``dep_delay`` as pandas writes integers, as text, as a list."""
+
+
+def _flights(folder) -> str:
+    """A declared glob's two files: tailnum VARCHAR, dep_delay DOUBLE, origin VARCHAR."""
+    generator = np.random.default_rng(3)  # data, not noise
+    frame = pd.DataFrame(
+        {
+            "tailnum": [f"N{i % 300:03d}" for i in range(4000)],
+            "dep_delay": generator.normal(10, 40, size=4000).round(1),
+            "origin": generator.choice(["EWR", "JFK", "LGA"], size=4000),
+        }
+    )
+    folder.mkdir()
+    frame.iloc[:2000].to_parquet(folder / "a.parquet", index=False)
+    frame.iloc[2000:].to_parquet(folder / "b.parquet", index=False)
+    return f"{folder}/*.parquet"
+
+
+def _exact_parts(db: privsql.Session, query: str, run) -> list[pd.DataFrame]:
+    """Every aggregated relation the release of ``query`` reads, computed by ``run``."""
+    parts = stages(plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6), FUNCTIONS)
+    found = []
+    for name in parts.outputs:
+        frame = run(parts.output(name)).astype(float)
+        found.append(frame.sort_values(list(frame.columns)).reset_index(drop=True))
+    return found
+
+
+@pytest.mark.parametrize("planted", PLANTED.values(), ids=PLANTED.keys())
+@pytest.mark.parametrize("name", ["c.parquet", "c{1,2}.parquet"])
+def test_one_units_file_of_another_type_is_read_to_the_declared_schema(
+    spark, tmp_path, planted, name
+):
+    """Spark read a declared glob with one file's schema and failed on a unit's file holding
+    ``dep_delay`` as another type: answered on D, refused for free on D plus that file
+    (red team 34). Each footer group is now read alone and converted to the declared
+    types: both engines answer on D and D', charge both, and compute the same aggregates."""
+    glob = _flights(tmp_path / "flights")
+    query = FLIGHTS.format(glob=glob)
+    on_duckdb = privsql.connect(budget=1e6, seed=1, insecure=True)
+    on_spark = privsql.connect(engine="spark", spark=spark, budget=1e6, seed=2, insecure=True)
+    for db in (on_duckdb, on_spark):
+        db.protect(f"read_parquet('{glob}')", privacy_unit="tailnum")
+        db.sql(query)
+    unit = pd.DataFrame({"tailnum": ["NPLANT"] * 3, "dep_delay": planted, "origin": ["EWR"] * 3})
+    unit.to_parquet(tmp_path / "flights" / name, index=False)
+    answers = [db.sql(query).fetchall()[0][0] for db in (on_duckdb, on_spark)]
+    assert on_duckdb.budget.spent == on_spark.budget.spent == pytest.approx(2000)
+    assert answers[1] == pytest.approx(answers[0], abs=2000)  # ε = 1000: noise ~ 66
+    secret = {"privsql_secret": SECRET}
+    expected = _exact_parts(on_duckdb, query, lambda s: on_duckdb._con.execute(s, secret).df())
+    found = _exact_parts(on_spark, query, lambda s: spark.sql(to_spark(s), args=secret).toPandas())
+    for part, wanted in zip(found, expected, strict=True):
+        pd.testing.assert_frame_equal(part, wanted, check_exact=True)
+
+
+TEXT = [
+    "5", " 5 ", "\t5\n", "+5", "-.5e-3", "5.", "1.e5", "1E5", "00012", "1_000", "1.5_5",
+    "1e1_0", "1__0", "_1", "1_", "1._5", "1e400", "1e-400", "2e-324", "inf", "-Infinity",
+    "+INF", "NaN", "-nan", "+nan", "x", "", " ", "1d", "1f", "0x10", "0x1p3", "5\x01",
+    "5\x0b", "\xa05", "1,5", "5 6", "--5", "1e", ".", "9" * 400,
+]
+"""Text DuckDB reads as a DOUBLE and text it does not, some of which Java's parser reads."""
+
+
+def test_text_converts_to_double_as_on_duckdb(spark):
+    """A group's text column declared DOUBLE converts on Spark to the very value DuckDB's
+    TRY_CAST gives (``rewriter.transpile.spark_conversion``)."""
+    column = exp.column("s", quoted=True)
+    converted = spark_conversion(column, "VARCHAR", "DOUBLE")
+    statement = exp.select(column, exp.alias_(converted, "d")).from_("texts")
+    spark.createDataFrame(pd.DataFrame({"s": TEXT})).createOrReplaceTempView("texts")
+    found = dict(spark.sql(to_spark(statement.sql(dialect="duckdb"))).collect())
+    con = duckdb.connect()
+    for text in TEXT:
+        (wanted,) = con.execute("SELECT TRY_CAST(? AS DOUBLE)", [text]).fetchone()
+        assert str(found[text]) == str(wanted), repr(text)
