@@ -10,6 +10,10 @@ each table's definition, so a renamed, added or retyped column is a change). A q
 never sees a stale identity: both versions are read for every query, before anything
 cached is used.
 
+Which declared views are public is decided at each rebuild, from their definitions as they
+are then (``rewriter.analyze.public_sources``): a view replaced after it was declared public
+is a change of the listing, and is public only if it still reads public tables alone.
+
 What depends on files rather than on the catalogue is never kept from one query to the
 next: the columns of a file reader, the files a glob names, the identity (device and inode)
 of the files a query may not read.
@@ -29,6 +33,7 @@ from sqlglot import exp
 
 from privsql.engines import Engine, builtin_functions
 from privsql.ledger import Ledger, database_path
+from rewriter.analyze import public_sources
 from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
 from rewriter.errors import InvalidOption, UnsupportedQuery
 from rewriter.files import Schema, conformed_read, reader_schema
@@ -97,24 +102,28 @@ class CatalogCache:
             declared = self._ledger.declared  # read before the declarations it versions
         listing = self._engine.tables()
         version = _Version(declared, listing)
-        if self._version is None or not (
+        rebuilt = self._version is None or not (
             declared == self._version.declared and listing is self._version.listing
-        ):
+        )
+        if rebuilt:
             self._rebuild(listing)
-            self._version = version
         catalog = replace(
             self._catalog,
             files=lru_cache(maxsize=None)(self._files),
             forbidden=frozenset(file_identity(p) for p in self._unreadable),
         )
         reading = lru_cache(maxsize=None)(partial(self._file_reading, catalog))
-        return replace(
+        catalog = replace(
             catalog,
             columns=lambda source: self._columns(source, reading),
             types=lambda statement: [public_type(k) for k in self._types(statement, reading)],
             evaluate=lambda statement: _evaluate(self._con, _conformed(statement, reading)),
             read=lambda source: self._read(source, reading),
         )
+        if rebuilt:  # a view is public while it reads public tables alone
+            self._catalog = replace(self._catalog, public=public_sources(catalog))
+            self._version = version  # only now: the declared set is not what is public
+        return replace(catalog, public=self._catalog.public)
 
     def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
         declared = self._ledger.declarations()

@@ -1105,7 +1105,9 @@ class Ledger:
         """Record a private table (with its unit) or, with ``None``, a public one.
 
         Declarations only tighten: a table once private stays private with its unit.
-        ``name`` is the source's catalogue identity (``rewriter.catalog.identity``).
+        ``name`` is the source's catalogue identity (``rewriter.catalog.identity``); the
+        ledger compares identities, so another reader of declared files (another identity)
+        is refused by ``Session.protect``, which knows the files each one names.
         """
         key = name
         current = self.declarations().get(key)

@@ -28,7 +28,13 @@ from privsql.result import Result
 from rewriter.analyze import analyze_source
 from rewriter.catalog import FILE, Catalog, Protection, public_type
 from rewriter.dialect import PrivSQL
-from rewriter.errors import PrivacyError, StatementNotAllowed, UnknownName, UnsupportedQuery
+from rewriter.errors import (
+    InvalidPrivacyUnit,
+    PrivacyError,
+    StatementNotAllowed,
+    UnknownName,
+    UnsupportedQuery,
+)
 from rewriter.resolve import VIEW_DEPTH, check_source
 
 if TYPE_CHECKING:
@@ -118,7 +124,10 @@ def tables(catalog: Catalog, engine: Engine) -> pa.Table:
     }
     listing["column_types"] = []
     for schema, name, table in rows:
-        protection = None if catalog.is_public(table) else catalog.protection(table)
+        try:
+            protection = None if catalog.is_public(table) else catalog.protection(table)
+        except InvalidPrivacyUnit:  # a file of two declarations: its readers are refused
+            protection = None
         try:
             columns = _columns(catalog, table)
         except PrivacyError:  # a view over a CSV file, a declared file since deleted

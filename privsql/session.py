@@ -42,7 +42,7 @@ from privsql.ledger import (
 from privsql.progress import AFTER, watch
 from privsql.result import Result
 from privsql.schema import describe, schema_statement, tables
-from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source
+from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source, public_sources
 from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity, public_type
 from rewriter.compiler import (
     Compiled,
@@ -233,10 +233,19 @@ class Session:
         ``table`` is a table, or a Parquet reader (``read_parquet('dir/*.parquet')``):
         a query reading any of its files, however spelt, is then held to this declaration,
         and reads every file with the declaration's columns and types — ``columns`` (name:
-        DuckDB type), else those the files share now (``rewriter.files``).
+        DuckDB type), else those the files share now (``rewriter.files``). A reader that
+        shares a file (as the files are now) with another declared reader is refused:
+        declarations only tighten, and another spelling of a declared file with another
+        unit replaced the owner's unit for the files it named (red team 34).
         """
         source = self._source_identity(table)
-        if source in self._catalog().views:
+        catalog = self._catalog()
+        if source.startswith(FILE) and set(catalog.sharing(source)) - {source}:
+            raise PrivacyError(
+                f"{table} shares files with another reader the data owner declared: each "
+                "file is governed by one declaration, with the unit first declared for it"
+            )
+        if source in catalog.views:
             raise PrivacyError(
                 f"{table} is a view: a query reads it as the query it is (compiled and "
                 "guarded like the analyst's SQL), so declare the tables it reads instead"
@@ -272,12 +281,34 @@ class Session:
 
     @_one_at_a_time
     def public(self, table: str) -> None:
-        """Declare ``table`` public: anyone may read it exactly, and its values can be keys."""
+        """Declare ``table`` public: anyone may read it exactly, and its values can be keys.
+
+        A view only if everything it reads is public (``rewriter.analyze.public_sources``,
+        and the tables DuckDB binds it to: ``Engine.check_public``). One replaced later by a
+        view over private data is not public either (``CatalogCache.current``)."""
         name = self._source_identity(table)
         if name.startswith(FILE):
             raise PrivacyError("only tables and views can be declared public, not files")
         self._columns(table)
+        if name in self._catalog().views and not self._over_public(table, name):
+            raise PrivacyError(
+                f"{table} is a view that reads private data, or data privsql cannot tell "
+                "is public: only a view over public sources can be declared public"
+            )
         self._ledger.declare(name, None)
+
+    def _over_public(self, view: str, name: str) -> bool:
+        """Whether ``view`` (identity ``name``) reads public sources alone, were it declared
+        public: as the analyser reads its definition, and as the engine binds it."""
+        catalog = self._catalog()
+        public = public_sources(replace(catalog, public=catalog.public | {name}))
+        if name not in public:
+            return False
+        try:
+            self._engine.check_public(exp.select("*").from_(analyze_source(view)), public)
+        except PrivacyError:
+            return False
+        return True
 
     # -- the analyst's side -----------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, SqlglotError
 
 from rewriter.aggregates import SPECS, AggregateKind, of_node
 from rewriter.binding import check_binding
@@ -233,6 +233,32 @@ def analyze(
         return _analyze(sql, catalog, keys)
     except RecursionError:
         raise UnsupportedQuery("the query is nested too deeply") from None
+
+
+def public_sources(catalog: Catalog) -> frozenset[str]:
+    """The sources public as the catalogue is now: each one declared public that is no
+    view, and each view declared public whose definition — every view in it read as the
+    query it is — is a query over those alone (``analyze`` finds it public).
+
+    A view is what it reads: one declared public over a private source, or replaced by one
+    since, answered that source's rows exactly and for free (red team 34). Such a view is
+    not public, so a query reads it as the query it is and is held to what it reads."""
+    views = {name for name in catalog.public if name in catalog.views}
+    tables = replace(catalog, public=catalog.public - views)
+    return tables.public | {name for name in views if _over_public(catalog.views[name], tables)}
+
+
+def _over_public(definition: str, catalog: Catalog) -> bool:
+    """Whether a view's definition is a query over public data; one that cannot be read as
+    a query, or is refused, is not."""
+    try:
+        create = sqlglot.parse_one(definition, read="duckdb")
+        body = create.expression if isinstance(create, exp.Create) else None
+        if not isinstance(body, exp.Query):
+            return False
+        return isinstance(analyze(body.sql(dialect="duckdb"), catalog), PublicQuery)
+    except (PrivacyError, SqlglotError):
+        return False
 
 
 def _analyze(

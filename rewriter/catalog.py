@@ -81,15 +81,16 @@ class Catalog:
     """Declarations plus a way to list a source's columns.
 
     ``protected`` and ``public`` are keyed by identity. Every source that is not public is
-    private, declared or not. ``columns`` takes a source's SQL (a table name or a table
-    function call) and returns its column names. ``files`` lists the files a file identity
-    names (its globs expanded), so that a declared file is found however a query spells it.
-    ``aggregates`` names every aggregate function the engine knows, so that an aggregate
-    sqlglot does not model is still recognised (and refused). ``types`` gives the column
-    types of a statement by binding it (schema only, no rows read), every ENUM in them as
-    VARCHAR (``public_type``: its members are data, and a type the rewriter knows is a type
-    it may print, in a message or in the SQL ``explain`` shows); ``evaluate`` runs a
-    statement that reads no source at all (a key list's casts).
+    private, declared or not; a view declared public is in ``public`` only while it reads
+    public tables alone (``rewriter.analyze.public_sources``). ``columns`` takes a source's
+    SQL (a table name or a table function call) and returns its column names. ``files``
+    lists the files a file identity names (its globs expanded), so that a declared file is
+    found however a query spells it. ``aggregates`` names every aggregate function the
+    engine knows, so that an aggregate sqlglot does not model is still recognised (and
+    refused). ``types`` gives the column types of a statement by binding it (schema only, no
+    rows read), every ENUM in them as VARCHAR (``public_type``: its members are data, and a
+    type the rewriter knows is a type it may print, in a message or in the SQL ``explain``
+    shows); ``evaluate`` runs a statement that reads no source at all (a key list's casts).
     """
 
     protected: Mapping[str, Protection]
@@ -125,7 +126,8 @@ class Catalog:
 
     def view(self, source: exp.Table) -> str | None:
         """The definition of a view, which a query reads as the query it is (compiled and
-        guarded like the analyst's own SQL); a view declared public is read as it is.
+        guarded like the analyst's own SQL); a public view (one over public tables alone) is
+        read as it is.
 
         A view declared private (ledgers from before ``protect`` refused views) is refused:
         read as a source of its own, its definition ran unguarded, so a cast that fails on
@@ -164,22 +166,35 @@ class Catalog:
     def protection(self, source: exp.Table) -> Protection | None:
         """The owner's declaration that governs a source.
 
-        A file reader is governed by every declared file reader it shares a file with: it
-        must read only files of one declaration (then that declaration applies), else it is
-        refused — a declared file read under a glob is still declared.
+        A file reader is governed by every declared file reader it shares a file with, its
+        own identity's declaration included: it must read only files of one declaration
+        (then that declaration applies), else it is refused — a declared file read under a
+        glob is still declared. Sharing is decided before the reader's own declaration is
+        looked up, so two declarations of one file (an older ledger's; ``protect`` refuses
+        a second, ``sharing``) refuse the reader rather than let its spelling pick the unit
+        (red team 34).
         """
         name = self.identity(source)
-        if name in self.protected or not name.startswith(FILE):
+        if not name.startswith(FILE):
             return self.protected.get(name)
+        declared = self.sharing(name)
+        if not declared:
+            return None
+        if len(declared) > 1 or not self.files(name) <= self.files(declared[0]):
+            raise InvalidPrivacyUnit(
+                "the query reads files declared by the data owner together with other "
+                "files, or files of two declarations: read one declaration's files by "
+                "themselves"
+            )
+        return self.protected[declared[0]]
+
+    def sharing(self, name: str) -> list[str]:
+        """The declared file readers (identities) that share a file with file identity
+        ``name``, or are ``name`` itself: the declarations a reader of it is held to."""
         files = self.files(name)
-        found = None
-        for declared, protection in self.protected.items():
-            if not declared.startswith(FILE) or not files & self.files(declared):
-                continue
-            if found is not None or not files <= self.files(declared):
-                raise InvalidPrivacyUnit(
-                    "the query reads files declared by the data owner together with other "
-                    "files: read the declared files by themselves"
-                )
-            found = protection
-        return found
+        return [
+            declared
+            for declared in self.protected
+            if declared.startswith(FILE)
+            and (declared == name or files & self.files(declared))
+        ]

@@ -1083,6 +1083,77 @@ def test_every_spelling_of_a_declared_file_is_that_file(
         assert error.rule == "privacy-unit", spelling
 
 
+@pytest.fixture
+def parts(db: privsql.Session, tmp_path: Path) -> list[str]:
+    """``ratings`` in two Parquet files (the heavy user's rows all in the second), declared
+    by the owner as one glob with unit user_id."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    paths = [str(folder / "part1.parquet"), str(folder / "part2.parquet")]
+    for path, rows in zip(paths, ("row_id < 200", "row_id >= 200"), strict=True):
+        db._con.execute(f"COPY (SELECT * FROM ratings WHERE {rows}) TO '{path}' (FORMAT parquet)")
+    db.protect(f"read_parquet('{folder}/*.parquet')", privacy_unit="user_id")
+    return paths
+
+
+def test_a_declared_file_is_declared_once_however_spelt(
+    db: privsql.Session, parts: list[str], tmp_path: Path
+) -> None:
+    """Another reader of a declared file declared with another unit replaced the owner's
+    unit for it: the heavy user's 500 rows counted as 500 units (red team 34). A reader
+    sharing any file with a declared one is refused, whatever its unit, and the owner's
+    unit still governs every spelling."""
+    first, second = parts
+    (tmp_path / "linked.parquet").symlink_to(second)
+    both = f"read_parquet(['{first}', '{second}'])"
+    for reader in (
+        both,
+        f"read_parquet('{second}')",
+        f"read_parquet('{tmp_path}/linked.parquet')",
+        f"read_parquet(['{second}', '{tmp_path}/ratings.parquet'])",
+    ):
+        for unit in ("row_id", "user_id"):
+            with pytest.raises(PrivacyError, match="shares files with another reader"):
+                db.protect(reader, privacy_unit=unit)
+    with pytest.raises(PrivacyError, match="already protected with privacy unit user_id"):
+        db.protect(f"read_parquet('{tmp_path}/parts/*.parquet')", privacy_unit="row_id")
+    assert refused(
+        db, f"SELECT COUNT(*) FROM {both} WHERE user_id = 999 PRIVACY_UNIT row_id BOUND ROWS 1"
+    ).rule == "privacy-unit"
+    heavy = db.sql(
+        f"SELECT COUNT(*) FROM {both} WHERE user_id = 999 PRIVACY_UNIT user_id BOUND ROWS 1 "
+        "EPSILON 1000"
+    )
+    assert heavy.fetchall()[0][0] < 10  # one unit, one row
+
+
+def test_two_declarations_of_one_file_refuse_its_readers(
+    db: privsql.Session, parts: list[str], tmp_path: Path
+) -> None:
+    """A ledger holding two declarations of one file (written before ``protect`` refused
+    the second) leaves no spelling to pick a unit: every reader of the file is refused,
+    its own declaration's exact spelling included, with nothing charged."""
+    second = f"read_parquet('{parts[1]}')"
+    db._ledger.declare(db._source_identity(second), Protection("row_id"))
+    for reader in (second, f"read_parquet('{tmp_path}/parts/*.parquet')"):
+        for unit in ("row_id", "user_id"):
+            sql = f"SELECT COUNT(*) FROM {reader} PRIVACY_UNIT {unit} BOUND ROWS 1 EPSILON 1"
+            assert refused(db, sql).rule == "privacy-unit"
+    listed = db.tables().to_pylist()  # still listed, each reader with no unit to read it by
+    assert [row["privacy_unit"] for row in listed if row["schema"] is None] == [None, None]
+
+
+@pytest.mark.parametrize("spelling", ["main.ratings", '"RATINGS"', "memory.main.Ratings"])
+def test_a_table_is_declared_once_however_spelt(db: privsql.Session, spelling: str) -> None:
+    with pytest.raises(PrivacyError, match="already protected with privacy unit user_id"):
+        db.protect(spelling, privacy_unit="row_id")
+    with pytest.raises(PrivacyError, match="cannot be made public"):
+        db.public(spelling)
+    assert refused(
+        db, f"SELECT COUNT(*) FROM {spelling} PRIVACY_UNIT row_id BOUND ROWS 1"
+    ).rule == "privacy-unit"
+
+
 def test_the_key_file_is_unreadable_by_any_spelling(tmp_path: Path) -> None:
     path = tmp_path / "owned.duckdb"
     db = privsql.connect(str(path), budget=1.0)
@@ -1146,6 +1217,76 @@ def test_a_view_is_never_a_private_source_of_its_own(db: privsql.Session) -> Non
     assert r.fetchall()[0][0] < 30  # read as its query: the cast is guarded
     db._ledger.declare("notes", Protection("user_id"))
     assert refused(db, "SELECT COUNT(*) FROM notes PRIVACY_UNIT user_id").rule == "unsupported"
+
+
+OVER_PRIVATE = [
+    "SELECT * FROM ratings",
+    "SELECT * FROM over_ratings",  # a view over a view over the private table
+    "SELECT user_id, note FROM ratings WHERE rating > 3",
+    "SELECT m.* FROM movies m WHERE movie_id IN (SELECT rating FROM ratings)",
+    "SELECT m.*, (SELECT max(note) FROM ratings) AS n FROM movies m",
+    "SELECT * FROM movies, undeclared",  # undeclared is private
+    "SELECT * FROM read_parquet('{path}')",
+    "SELECT holders(0) AS h FROM movies",  # a macro reading the private table
+    "SELECT movie_id, total_rating() AS t FROM movies",
+]
+
+
+@pytest.mark.parametrize("definition", OVER_PRIVATE)
+def test_a_view_over_private_data_is_never_public(
+    owned: privsql.Session, tmp_path: Path, definition: str
+) -> None:
+    """``public(view)`` was accepted for a view over the private table, and its rows were
+    then read exactly, for free (red team 34): a view may be declared public only if all
+    it reads is public, through views, subqueries, files and macros."""
+    con = owned._con
+    con.execute("CREATE TABLE undeclared AS SELECT 1 AS x")
+    con.execute("CREATE VIEW over_ratings AS SELECT * FROM watched")
+    con.execute(f"CREATE VIEW leak AS {definition.format(path=tmp_path / 'ratings.parquet')}")
+    with pytest.raises(PrivacyError, match="leak is a view that reads private data") as caught:
+        owned.public("leak")
+    assert PLANTED not in str(caught.value)
+    refused(owned, "SELECT * FROM leak LIMIT 3")
+    assert "public" not in owned.describe("leak").column("privacy").to_pylist()
+
+
+def test_a_view_over_public_data_is_public(db: privsql.Session) -> None:
+    db._con.execute("CREATE VIEW titles AS SELECT title FROM movies WHERE movie_id < 3")
+    db._con.execute("CREATE VIEW shown AS SELECT upper(title) AS t FROM titles, range(2)")
+    db.public("shown")
+    assert sorted(db.sql("SELECT DISTINCT t FROM shown").fetchall()) == [("M0",), ("M1",), ("M2",)]
+    assert db.budget.spent == 0
+
+
+def test_a_public_view_replaced_by_one_over_private_data_is_not_public(
+    db: privsql.Session,
+) -> None:
+    """A declaration is checked when it is made, and what it declares when it is read: a
+    view (or a table) declared public and then replaced by a view over the private table
+    (directly, or under a view over it) is read as the query it now is, so its rows are
+    no longer released exactly and its values are no public keys."""
+    con = db._con
+    con.execute("CREATE VIEW titles AS SELECT movie_id, title FROM movies")
+    con.execute("CREATE VIEW over_titles AS SELECT * FROM titles")
+    con.execute("CREATE TABLE shelf AS SELECT * FROM movies")
+    for name in ("titles", "over_titles", "shelf"):
+        db.public(name)
+        assert len(db.sql(f"SELECT * FROM {name}").fetchall()) == 5
+    con.execute("CREATE OR REPLACE VIEW titles AS SELECT user_id AS movie_id, note AS title "
+                "FROM ratings")
+    con.execute("DROP TABLE shelf")
+    con.execute("CREATE VIEW shelf AS SELECT user_id AS movie_id, note AS title FROM ratings")
+    for name in ("titles", "over_titles", "shelf"):
+        assert refused(db, f"SELECT * FROM {name} LIMIT 3").rule == "privacy-unit-required"
+        assert refused(db, f"SELECT title FROM {name} WHERE title = 'ok'").rule == (
+            "privacy-unit-required"
+        )
+        grouped = db.sql(
+            f"SELECT title, COUNT(*) AS n FROM {name} GROUP BY title PRIVACY_UNIT movie_id "
+            "BOUND ROWS 1 EPSILON 1"
+        )  # read as ratings, unit user_id: the planted title is one unit's, never a key
+        assert PLANTED not in str(grouped.fetchall())
+        assert "public" not in db.describe(name).column("privacy").to_pylist()
 
 
 DATA_BOUNDS = [
