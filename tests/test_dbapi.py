@@ -282,12 +282,19 @@ def test_closed_objects_and_fetching_too_early(con):
         con.commit()
 
 
-def test_a_file_database_keeps_its_ledger(tmp_path, flights_frame):
+@pytest.fixture
+def protected(tmp_path, flights_frame):
+    """A database file with its own ledger (ε = 2) and ``flights`` private per plane."""
     path = tmp_path / "flights.duckdb"
     with privsql.connect(path, budget=2.0) as owner:
         owner._con.register("frame", flights_frame.head(5000))
         owner._con.execute("CREATE TABLE flights AS SELECT * FROM frame")
         owner.protect("flights", privacy_unit="tailnum")
+    return path
+
+
+def test_a_file_database_keeps_its_ledger(protected):
+    path = protected
     with dbapi.connect(path) as first:
         first.execute("SELECT COUNT(*) AS n FROM flights PRIVACY_UNIT tailnum EPSILON 0.5")
     database, settings = dbapi.parse_url(f"privsql:///{path}?lock_timeout=5")
@@ -329,17 +336,6 @@ def test_non_finite_decimals_are_values_not_names(value: decimal.Decimal) -> Non
 
 
 # -- what a URL may not choose (red team 34) ---------------------------------------------
-
-
-@pytest.fixture
-def protected(tmp_path, flights_frame):
-    """A database file with its own ledger (ε = 2) and ``flights`` private per plane."""
-    path = tmp_path / "flights.duckdb"
-    with privsql.connect(path, budget=2.0) as owner:
-        owner._con.register("frame", flights_frame.head(5000))
-        owner._con.execute("CREATE TABLE flights AS SELECT * FROM frame")
-        owner.protect("flights", privacy_unit="tailnum")
-    return path
 
 
 def state(path) -> tuple[bytes, float, float]:
