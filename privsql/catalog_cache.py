@@ -32,6 +32,7 @@ import sqlglot
 from sqlglot import exp
 
 from privsql.engines import Engine, builtin_functions
+from privsql.footers import file_state
 from privsql.ledger import Ledger, database_path
 from rewriter.analyze import public_sources
 from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
@@ -198,6 +199,23 @@ class CatalogCache:
         schema = reader_schema(protection.columns if protection else (), groups)
         unit = protection.privacy_unit if protection else ""
         return schema, conformed_read(reader, schema, groups, unit, self._engine.convert)
+
+    def file_fingerprint(self, catalog: Catalog, source: exp.Table) -> str | None:
+        """What identifies the data a file reader reads, without reading it: how it is read
+        (its files' groups, declared schema and conversions: ``Catalog.read``) and each
+        file's device, inode, size, modification and change times, as the footers' verdicts
+        are kept (``privsql.footers``). None for a table, or when a file is not on the local
+        file system (``fingerprint_sql`` then reads its rows)."""
+        if not isinstance(source.this, exp.Func):
+            return None
+        bare = source.copy()
+        bare.set("alias", None)
+        read = catalog.read(bare)
+        groups = self._engine.file_groups(_parsed_reader(source_sql(source)))
+        states = [file_state(file) for group in groups for file in group.files]
+        if any(state is None for state in states):
+            return None
+        return repr((read.sql(dialect="duckdb"), sorted(map(repr, states))))
 
     def _is_table(self, source: str) -> bool:
         """Whether ``source`` (a source's SQL) names a table: kept while the catalogue is."""

@@ -119,15 +119,25 @@ def _checked(con: duckdb.DuckDBPyConnection, file: str, options: list[exp.Expr])
     (red team 22). Such files are left out of a glob (a file named alone refuses every
     query instead, whatever it names)."""
     read = _read(file, options)
-    try:
-        status = os.stat(file)
-    except OSError:  # not on the local file system: checked on every read
+    state = file_state(file)
+    if state is None:  # not on the local file system: checked on every read
         return _check(con, file, read)
-    key = (file, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-    key += (status.st_ctime_ns, read)
+    key = (*state, read)
     if key not in _CHECKED:
         _CHECKED[key] = _check(con, file, read)
     return _CHECKED[key]
+
+
+def file_state(file: str) -> tuple[object, ...] | None:
+    """A local file as it is now: path, device, inode, size, modification and change times
+    (the kernel's change time, which copying with times kept or rewriting bytes in place
+    moves, unlike the modification time); None when it is not on the local file system."""
+    try:
+        status = os.stat(file)
+    except OSError:
+        return None
+    size, modified, changed = status.st_size, status.st_mtime_ns, status.st_ctime_ns
+    return (file, status.st_dev, status.st_ino, size, modified, changed)
 
 
 def _check(con: duckdb.DuckDBPyConnection, file: str, read: str) -> Checked | None:

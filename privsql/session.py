@@ -539,10 +539,15 @@ class Session:
             return self._decide(search, summary, decided)
 
         def run() -> _Released:
+            files = {
+                i: found
+                for i, source in enumerate(analysis.sources)
+                if (found := self._catalogs.file_fingerprint(catalog, source)) is not None
+            }
             data = repr(
                 engine.row(
                     fingerprint_sql(
-                        analysis.select, analysis.sources, catalog, analysis.unit
+                        analysis.select, analysis.sources, catalog, analysis.unit, files
                     ),
                     secret,
                 )

@@ -11,6 +11,8 @@ import duckdb
 import pytest
 
 import privsql
+import privsql.catalog_cache
+import privsql.session
 from rewriter.errors import PrivacyError, TypeMismatch
 
 COUNT = "SELECT COUNT(*) AS n FROM {source} PRIVACY_UNIT {unit} BOUND ROWS 1 EPSILON 0.5"
@@ -201,3 +203,57 @@ def test_a_cast_key_list_is_not_reused_after_the_key_is_retyped(retype: str) -> 
     assert [row[0] for row in db.sql(sql.format(1.5), keys=keys).fetchall()] == [1, 2]
     con.execute(retype)
     assert [row[0] for row in db.sql(sql.format(2), keys=keys).fetchall()] == ["01", "1", "2"]
+
+
+def test_a_stored_answer_on_local_files_is_found_without_reading_their_rows(
+    con, tmp_path, monkeypatch
+):
+    """The fingerprint of a local Parquet reader is its files' identities and how they are
+    read, not a scan of its rows (120 ms per re-run on 5M rows): the statement that checks
+    for a stored answer names no file. An unchanged file finds the answer free; the same
+    file rewritten (same size, other values), touched, or a file added to the glob is
+    other data, and the query is charged again."""
+    statements = []
+    original = privsql.session.fingerprint_sql
+    monkeypatch.setattr(
+        privsql.session,
+        "fingerprint_sql",
+        lambda *args: statements.append(original(*args)) or statements[-1],
+    )
+    directory = tmp_path / "files"
+    directory.mkdir()
+    write = "COPY (SELECT i AS uid, i * {k} AS v FROM range(100) r(i)) TO '{path}'"
+    con.execute(write.format(k=1, path=directory / "a.parquet"))
+    db = privsql.connect(con, budget=100)
+    query = COUNT.format(source=f"read_parquet('{directory}/*.parquet')", unit="uid")
+    assert not db.sql(query).cached
+    assert db.sql(query).cached
+    assert statements and not any("count(*)" in s for s in statements)
+    changes = [
+        lambda: con.execute(write.format(k=2, path=directory / "a.parquet")),
+        lambda: (directory / "a.parquet").touch(),
+        lambda: con.execute(write.format(k=1, path=directory / "b.parquet")),
+    ]
+    for change in changes:
+        change()
+        assert not db.sql(query).cached
+        assert db.sql(query).cached
+
+
+def test_a_file_without_a_local_state_is_fingerprinted_by_its_rows(con, tmp_path, monkeypatch):
+    """Where a file has no local state to read (a remote URL: ``footers.file_state`` gives
+    None), its rows are hashed as before, and a table's always are."""
+    statements = []
+    original = privsql.session.fingerprint_sql
+    monkeypatch.setattr(
+        privsql.session,
+        "fingerprint_sql",
+        lambda *args: statements.append(original(*args)) or statements[-1],
+    )
+    monkeypatch.setattr(privsql.catalog_cache, "file_state", lambda file: None)
+    path = tmp_path / "f.parquet"
+    con.execute(f"COPY (SELECT i AS uid FROM range(10) r(i)) TO '{path}'")
+    db = privsql.connect(con, budget=100)
+    db.sql(COUNT.format(source=f"read_parquet('{path}')", unit="uid"))
+    db.sql(COUNT.format(source="t", unit="uid"))
+    assert "read_parquet" in statements[0].lower() and "hash(" in statements[1]
