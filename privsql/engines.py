@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from privsql.bound_reads import check_public_reads
-from privsql.footers import footer_groups
+from privsql.footers import footer_groups, written_by_spark
 from rewriter.analyze import Analysis
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
 from rewriter.files import FileGroup, Schema, try_cast
@@ -350,6 +350,13 @@ class SparkEngine:
         (``rewriter.files.conformed_read``, ``convert``). A group Spark cannot read (a type
         it has not) is left out as an unreadable file is, and so is a file whose name a
         Spark path cannot hold.
+        Spark reads a file by the schema written in its footer's key-value metadata
+        (``footers.SPARK_SCHEMA``), whatever its columns: one unit's file with that entry
+        forged (the unit's column renamed, a column left out) dropped or nulled every
+        other unit's rows of its group (red team 35). The entry is part of the footer the
+        files are grouped by, so one group's files share it, and a group Spark reads with
+        other columns or types than DuckDB does (``footer_groups``' schema) is left out
+        (where the entry is absent, Spark reads the footer DuckDB read).
         The footers are read by DuckDB: files it cannot reach are refused."""
         groups = footer_groups(self._con, reader)
         if not groups:
@@ -361,7 +368,8 @@ class SparkEngine:
         for group in groups:
             files = tuple(file for file in group.files if not _unnamed(file))
             schema = self._spark_schema(files) if files else None
-            if schema is not None:
+            by_footer = not written_by_spark(self._con, files[0]) if files else True
+            if schema is not None and (schema == group.schema or by_footer):
                 read.append(FileGroup(files, schema, group.every_file))
         if sum(len(group.files) for group in read) < sum(len(group.files) for group in groups):
             return tuple(FileGroup(group.files, group.schema, False) for group in read)

@@ -27,6 +27,14 @@ FOOTER = (
 )
 """A file's footer: its schema elements, in order."""
 
+SPARK_SCHEMA = "org.apache.spark.sql.parquet.row.metadata"
+"""The footer's key-value entry where Spark keeps the schema it wrote a file with, and
+reads a file by, whatever the file's columns are (``SparkEngine.file_groups``)."""
+
+SPARK_FOOTER = (
+    f"SELECT value FROM parquet_kv_metadata({{path}}) WHERE key = encode('{SPARK_SCHEMA}')"
+)
+
 
 def footer_groups(con: duckdb.DuckDBPyConnection, reader: exp.Table) -> tuple[FileGroup, ...]:
     """The files ``reader`` (a ``read_parquet`` table) reads, grouped by footer and by the
@@ -144,12 +152,24 @@ def _check(con: duckdb.DuckDBPyConnection, file: str, read: str) -> Checked | No
     try:
         with _apart(con, file) as reading:  # a hash of every column decodes every value
             footer = reading.execute(FOOTER.format(path=_quoted(file))).fetchall()
+            footer += reading.execute(SPARK_FOOTER.format(path=_quoted(file))).fetchall()
             reading.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
             rows = reading.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
     except duckdb.Error:
         return None
     schema = tuple((name, public_type(kind)) for name, kind, *_ in rows)
     return tuple(footer), schema
+
+
+def written_by_spark(con: duckdb.DuckDBPyConnection, file: str) -> bool:
+    """Whether ``file``'s footer holds a schema Spark reads it by (``SPARK_SCHEMA``; read
+    apart, ``_apart``); True where that cannot be told. ``footer_groups`` groups files by
+    that entry too."""
+    try:
+        with _apart(con, file) as reading:
+            return bool(reading.execute(SPARK_FOOTER.format(path=_quoted(file))).fetchall())
+    except duckdb.Error:
+        return True
 
 
 def _read(file: str, options: list[exp.Expr]) -> str:

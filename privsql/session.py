@@ -533,17 +533,19 @@ class Session:
         quote private values.
         """
         engine, secret = self._engine, self._ledger.secret
+        # Before the transaction: listing a glob can fail on a file's name (``footers``),
+        # which would abort it.
+        files = {
+            i: found
+            for i, source in enumerate(analysis.sources)
+            if (found := self._catalogs.file_fingerprint(catalog, source)) is not None
+        }
 
         def searched(search: Search, decided: Decided) -> Decided:
             summary = search.summary(engine.rows(search.statement, secret))
             return self._decide(search, summary, decided)
 
         def run() -> _Released:
-            files = {
-                i: found
-                for i, source in enumerate(analysis.sources)
-                if (found := self._catalogs.file_fingerprint(catalog, source)) is not None
-            }
             data = repr(
                 engine.row(
                     fingerprint_sql(

@@ -9,9 +9,13 @@ run covers every engine path but CLIP, quantiles and AUTO searches; those are ma
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 from sqlglot import exp
@@ -20,6 +24,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pri
 
 import privsql
 from privsql.engines import PARTITION_TYPE_INFERENCE
+from privsql.footers import SPARK_SCHEMA
 from privsql.session import FUNCTIONS
 from rewriter.analyze import analyze
 from rewriter.errors import PrivacyError
@@ -499,3 +504,44 @@ def test_text_converts_to_double_as_on_duckdb(spark):
     for text in TEXT:
         (wanted,) = con.execute("SELECT TRY_CAST(? AS DOUBLE)", [text]).fetchone()
         assert str(found[text]) == str(wanted), repr(text)
+
+
+FORGED = {
+    "unit renamed": [("tailnumX", "string"), ("dep_delay", "double"), ("origin", "string")],
+    "column left out": [("tailnum", "string"), ("origin", "string")],
+    "another type": [("tailnum", "string"), ("dep_delay", "long"), ("origin", "string")],
+}
+"""The schema one unit's file tells Spark to read it by (``footers.SPARK_SCHEMA``), its
+columns being the others' files' ones."""
+
+
+@pytest.mark.parametrize("fields", FORGED.values(), ids=FORGED.keys())
+def test_a_units_file_cannot_tell_spark_to_read_the_others_by_another_schema(
+    spark, tmp_path, fields
+):
+    """Spark reads a group of files by the schema in the footer metadata of one of them:
+    one unit's file named to sort first, its columns the others' and that entry forged,
+    dropped every unit's rows (the unit's column renamed), nulled every delay (left out)
+    or failed the query for free (another type) on D' (red team 35). The file is now in a
+    group of its own, which Spark reads by other columns than DuckDB does, and left out:
+    the query is answered and charged, and every other unit's rows are read as on D."""
+    glob = _flights(tmp_path / "flights")
+    query = FLIGHTS.format(glob=glob)
+    db = privsql.connect(engine="spark", spark=spark, budget=1e6, seed=2, insecure=True)
+    db.protect(f"read_parquet('{glob}')", privacy_unit="tailnum")
+    secret = {"privsql_secret": SECRET}
+    exact = lambda s: spark.sql(to_spark(s), args=secret).toPandas()  # noqa: E731
+    before = _exact_parts(db, query, exact)
+    schema = {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+    }
+    unit = pd.DataFrame({"tailnum": ["NPLANT"] * 3, "dep_delay": [5.0] * 3, "origin": ["EWR"] * 3})
+    table = pa.Table.from_pandas(unit, preserve_index=False)  # as the others were written
+    forged = {**table.schema.metadata, SPARK_SCHEMA.encode(): json.dumps(schema).encode()}
+    pq.write_table(table.replace_schema_metadata(forged), tmp_path / "flights" / "0.parquet")
+    spent = db.budget.spent
+    db.sql(query)
+    assert db.budget.spent == pytest.approx(spent + 1000)
+    for part, wanted in zip(_exact_parts(db, query, exact), before, strict=True):
+        pd.testing.assert_frame_equal(part, wanted, check_exact=True)
