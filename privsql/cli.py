@@ -525,7 +525,7 @@ def read_script(path: str) -> str:
     """The text of a file of commands (``-``: stdin); an OSError saying in one line why it
     cannot be read."""
     try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text()
+        return sys.stdin.read() if path == "-" else Path(path).expanduser().read_text()
     except UnicodeDecodeError:
         raise OSError(f"not a text file: {path}") from None
     except OSError as error:

@@ -31,6 +31,7 @@ history itself cannot be shortened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -197,12 +198,40 @@ def database_path(connection: duckdb.DuckDBPyConnection) -> Path | None:
     return None if path is None else Path(path)
 
 
+LEDGER_SUFFIX = ".privsql-ledger"
+"""The file next to a database whose ledger is kept in another file, naming that file."""
+
+
+def ledger_elsewhere(connection: duckdb.DuckDBPyConnection) -> str | None:
+    """The ledger file the connection's database was opened with, when it is kept in
+    another file (``mark_ledger``); None otherwise."""
+    path = database_path(connection)
+    marker = None if path is None else path.with_name(path.name + LEDGER_SUFFIX)
+    return marker.read_text() if marker is not None and marker.exists() else None
+
+
+def mark_ledger(connection: duckdb.DuckDBPyConnection, ledger: str | Path) -> None:
+    """Name, next to the connection's database file, the ledger file kept for it elsewhere:
+    opened without it, or with another, the database would get a fresh ledger — a fresh
+    budget and none of the owner's declarations (red team 35). Nothing where the database
+    is in memory, or its directory cannot be written (docs/privacy.md §7.1)."""
+    path = database_path(connection)
+    if path is None:
+        return
+    with contextlib.suppress(OSError):
+        with path.with_name(path.name + LEDGER_SUFFIX).open("x") as marker:
+            marker.write(os.path.realpath(ledger))
+
+
 def has_ledger(connection: duckdb.DuckDBPyConnection) -> bool:
     """Whether the connection's current database holds a ledger, or has held one: a
     ``__privsql`` schema in it, or a key file next to its file (``Ledger._create`` refuses
-    to start afresh where one exists, since the ledger was then removed)."""
+    to start afresh where one exists, since the ledger was then removed), or the name of
+    a ledger kept for it in another file (``mark_ledger``)."""
     path = database_path(connection)
     if path is not None and path.with_name(path.name + KEY_SUFFIX).exists():
+        return True
+    if ledger_elsewhere(connection) is not None:
         return True
     return bool(
         connection.execute(

@@ -526,26 +526,32 @@ class Shell:
         files; without one, back to the screen."""
         target = argument.strip("'\"")
         if target:
-            if self._own_file(".output", target):
-                return EXIT_ERROR
+            # The file checked is the file opened, truncated only once checked: a name
+            # swapped for a link to the key in between, or a ``~`` the check expanded and
+            # ``open`` did not, reached another file than the one checked (red team 35).
             try:
-                opened = open(target, "w", encoding="utf-8")  # closed by .output or close()
+                descriptor = os.open(os.path.expanduser(target), os.O_WRONLY | os.O_CREAT, 0o666)
             except OSError as error:
                 self.note(f"error: {error.strerror}: {target}", "red")
                 return EXIT_ERROR
+            if self._own_file(".output", f"/proc/self/fd/{descriptor}", shown=target):
+                os.close(descriptor)
+                return EXIT_ERROR
+            os.ftruncate(descriptor, 0)
+            opened = os.fdopen(descriptor, "w", encoding="utf-8")  # closed by .output or close()
             self.close()
             self.out = opened
             return EXIT_OK
         self.close()
         return EXIT_OK
 
-    def _own_file(self, command: str, path: str) -> bool:
+    def _own_file(self, command: str, path: str, shown: str | None = None) -> bool:
         """Whether ``path`` is one of the session's own files (``Session.is_own_file``),
-        which ``command`` then refuses, saying so."""
+        which ``command`` then refuses, saying so (of ``shown``, the name typed)."""
         if not self.db.is_own_file(path):
             return False
         self.note(
-            f"error: {command} refuses {path}: it is this database's own file (its data, "
+            f"error: {command} refuses {shown or path}: it is this database's own file (its data, "
             "write-ahead log, ledger or ledger key)",
             "red",
         )

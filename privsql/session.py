@@ -37,6 +37,8 @@ from privsql.ledger import (
     StoredAnswer,
     database_path,
     has_ledger,
+    ledger_elsewhere,
+    mark_ledger,
     open_database,
 )
 from privsql.progress import AFTER, watch
@@ -925,14 +927,25 @@ def connect(
         raise PrivacyError("spark= belongs to engine='spark'")
     given = isinstance(database, duckdb.DuckDBPyConnection)
     connection = database if given else open_database(database, lock_timeout)
-    if ledger is not None and not _same_file(connection, ledger) and has_ledger(connection):
-        if not given:
-            connection.close()
-        raise PrivacyError(
+    elsewhere = ledger_elsewhere(connection)
+    apart = ledger is not None and not _same_file(connection, ledger)
+    refusal = None
+    if apart and elsewhere != os.path.realpath(ledger) and has_ledger(connection):
+        refusal = (
             "this database has a ledger of its own; it cannot be opened with another "
             "(ledger=): its budget and the owner's declarations are in its own"
         )
+    elif ledger is None and elsewhere is not None:
+        refusal = (
+            f"this database's ledger is kept in another file: open it with ledger={elsewhere!r}"
+        )
+    if refusal is not None:
+        if not given:
+            connection.close()
+        raise PrivacyError(refusal)
     ledger_connection = open_database(ledger, lock_timeout) if ledger is not None else None
+    if apart:
+        mark_ledger(connection, ledger)
     return Session(connection, **settings, owns_connection=not given, ledger=ledger_connection)
 
 

@@ -22,6 +22,7 @@ import duckdb
 import pytest
 
 import privsql
+from privsql import dbapi
 from privsql.ledger import KEY_SUFFIX, Ledger, LedgerCorrupted
 
 EPSILON = 0.1
@@ -289,6 +290,38 @@ def test_a_database_without_a_ledger_takes_one_in_another_file(tmp_path):
     with privsql.connect(path, ledger=ledger) as db:
         assert db.budget.spent == pytest.approx(EPSILON)
     assert not Path(f"{path}{KEY_SUFFIX}").exists() and Path(f"{ledger}{KEY_SUFFIX}").exists()
+
+
+def from_url(url: str) -> dbapi.Connection:
+    database, options = dbapi.parse_url(url)
+    return dbapi.connect(database, **options)
+
+
+def test_a_database_whose_ledger_is_elsewhere_gets_no_fresh_one(tmp_path):
+    """Its ledger kept in another file, a database opened without it — or with another,
+    or through a URL — started a fresh ledger in the data file: a fresh budget, any
+    PRIVACY_UNIT, and the owner locked out of his own (red team 35). The database's file
+    now names its ledger (``mark_ledger``): each is refused, nothing is created, and the
+    owner's ledger opens as it was."""
+    path, ledger = tmp_path / "data.duckdb", tmp_path / "ledger.duckdb"
+    raw(path, "CREATE TABLE t AS SELECT range % 50 AS u, range AS v FROM range(500)")
+    with privsql.connect(path, budget=1.0, ledger=ledger) as db:
+        db.protect("t", privacy_unit="u")
+        db.sql(query(1))
+    attempts = [
+        lambda: privsql.connect(path, budget=100),
+        lambda: privsql.connect(path, budget=100, ledger=tmp_path / "other.duckdb"),
+        lambda: privsql.connect(duckdb.connect(str(path)), budget=100),
+        lambda: from_url(f"privsql:///{path}?budget=100"),
+    ]
+    for attempt in attempts:
+        with pytest.raises((privsql.PrivacyError, dbapi.Error), match="ledger"):
+            attempt()
+    assert not (tmp_path / "other.duckdb").exists()
+    assert not Path(f"{path}{KEY_SUFFIX}").exists()
+    with privsql.connect(path, ledger=tmp_path / "." / "ledger.duckdb") as db:
+        assert db.budget.spent == pytest.approx(EPSILON)
+        assert db.budget.total == 1.0
 
 
 SEEDED_DURABLE = {

@@ -359,3 +359,24 @@ def test_the_repl_writes_none_of_the_database_s_own_files(database: Path, tmp_pa
     assert key.read_bytes() == before
     with privsql.connect(database) as db:
         assert db.budget.spent == 0
+
+
+def test_output_checks_the_file_it_opens(tmp_path, monkeypatch):
+    """``.output ~/name`` was checked as ``$HOME/name`` and written as ``./~/name``: with
+    ``./~`` a link to the database's directory, the ledger's key was emptied (red team 35).
+    The file opened is the file checked, truncated only then."""
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    db = privsql.connect(tmp_path / "d.duckdb", budget=1)
+    key = tmp_path / f"d.duckdb{KEY_SUFFIX}"
+    before = key.read_bytes()
+    (tmp_path / "~").mkdir()
+    (tmp_path / "~" / "out.txt").symlink_to(key)
+    shell = repl.Shell(db, out=io.StringIO(), err=io.StringIO())
+    assert shell.run(".output ~/out.txt") == 0
+    shell.close()
+    assert key.read_bytes() == before
+    assert (home / "out.txt").exists()
+    db.close()
