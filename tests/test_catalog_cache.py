@@ -205,21 +205,27 @@ def test_a_cast_key_list_is_not_reused_after_the_key_is_retyped(retype: str) -> 
     assert [row[0] for row in db.sql(sql.format(2), keys=keys).fetchall()] == ["01", "1", "2"]
 
 
+@pytest.fixture
+def statements(monkeypatch) -> list[str]:
+    """The fingerprint statements the session runs, as it runs them."""
+    found: list[str] = []
+    original = privsql.session.fingerprint_sql
+    monkeypatch.setattr(
+        privsql.session,
+        "fingerprint_sql",
+        lambda *args: found.append(original(*args)) or found[-1],
+    )
+    return found
+
+
 def test_a_stored_answer_on_local_files_is_found_without_reading_their_rows(
-    con, tmp_path, monkeypatch
+    con, tmp_path, statements
 ):
     """The fingerprint of a local Parquet reader is its files' identities and how they are
     read, not a scan of its rows (120 ms per re-run on 5M rows): the statement that checks
     for a stored answer names no file. An unchanged file finds the answer free; the same
     file rewritten (same size, other values), touched, or a file added to the glob is
     other data, and the query is charged again."""
-    statements = []
-    original = privsql.session.fingerprint_sql
-    monkeypatch.setattr(
-        privsql.session,
-        "fingerprint_sql",
-        lambda *args: statements.append(original(*args)) or statements[-1],
-    )
     directory = tmp_path / "files"
     directory.mkdir()
     write = "COPY (SELECT i AS uid, i * {k} AS v FROM range(100) r(i)) TO '{path}'"
@@ -240,16 +246,11 @@ def test_a_stored_answer_on_local_files_is_found_without_reading_their_rows(
         assert db.sql(query).cached
 
 
-def test_a_file_without_a_local_state_is_fingerprinted_by_its_rows(con, tmp_path, monkeypatch):
+def test_a_file_without_a_local_state_is_fingerprinted_by_its_rows(
+    con, tmp_path, statements, monkeypatch
+):
     """Where a file has no local state to read (a remote URL: ``footers.file_state`` gives
     None), its rows are hashed as before, and a table's always are."""
-    statements = []
-    original = privsql.session.fingerprint_sql
-    monkeypatch.setattr(
-        privsql.session,
-        "fingerprint_sql",
-        lambda *args: statements.append(original(*args)) or statements[-1],
-    )
     monkeypatch.setattr(privsql.catalog_cache, "file_state", lambda file: None)
     path = tmp_path / "f.parquet"
     con.execute(f"COPY (SELECT i AS uid FROM range(10) r(i)) TO '{path}'")
