@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from privsql.bound_reads import check_public_reads
-from privsql.footers import footer_groups, written_by_spark
+from privsql.footers import codecs, footer_groups, written_by_spark
 from rewriter.analyze import Analysis
 from rewriter.errors import PostProcessingError, PrivacyError, UnsupportedQuery
 from rewriter.files import FileGroup, Schema, try_cast
@@ -298,6 +298,10 @@ class DuckDBEngine:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
 
 
+SPARK_CODECS = frozenset({"UNCOMPRESSED", "SNAPPY", "GZIP", "ZSTD", "LZ4_RAW"})
+"""The Parquet compression codecs Spark reads without extra libraries (not BROTLI, LZO, or
+Hadoop's old LZ4 framing)."""
+
 PARTITION_TYPE_INFERENCE = "spark.sql.sources.partitionColumnTypeInference.enabled"
 UNNAMED = re.compile(r"[`:]")
 """What a file's name (past its scheme) cannot hold in a Spark SQL path: a backquote ends
@@ -356,7 +360,12 @@ class SparkEngine:
         other unit's rows of its group (red team 35). The entry is part of the footer the
         files are grouped by, so one group's files share it, and a group Spark reads with
         other columns or types than DuckDB does (``footer_groups``' schema) is left out
-        (where the entry is absent, Spark reads the footer DuckDB read).
+        (where the entry is absent, Spark reads the footer DuckDB read). So is a group
+        compressed with a codec Spark has not (``SPARK_CODECS``: one unit's Brotli file
+        failed every query of its group, red team 36). Each group is read by its files'
+        names, never by the reader's glob: Spark's glob matches directories too, whose
+        files no footer check saw (one unit's directory named ``u.parquet`` added its rows,
+        or failed every query, red team 36).
         The footers are read by DuckDB: files it cannot reach are refused."""
         groups = footer_groups(self._con, reader)
         if not groups:
@@ -369,10 +378,9 @@ class SparkEngine:
             files = tuple(file for file in group.files if not _unnamed(file))
             schema = self._spark_schema(files) if files else None
             by_footer = not written_by_spark(self._con, files[0]) if files else True
-            if schema is not None and (schema == group.schema or by_footer):
-                read.append(FileGroup(files, schema, group.every_file))
-        if sum(len(group.files) for group in read) < sum(len(group.files) for group in groups):
-            return tuple(FileGroup(group.files, group.schema, False) for group in read)
+            readable = files and (codecs(self._con, files[0]) or {"?"}) <= SPARK_CODECS
+            if readable and schema is not None and (schema == group.schema or by_footer):
+                read.append(FileGroup(files, schema, every_file=False))
         return tuple(read)
 
     def _spark_schema(self, files: tuple[str, ...]) -> Schema | None:

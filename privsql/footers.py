@@ -153,12 +153,29 @@ def _check(con: duckdb.DuckDBPyConnection, file: str, read: str) -> Checked | No
         with _apart(con, file) as reading:  # a hash of every column decodes every value
             footer = reading.execute(FOOTER.format(path=_quoted(file))).fetchall()
             footer += reading.execute(SPARK_FOOTER.format(path=_quoted(file))).fetchall()
+            footer += reading.execute(CODECS.format(path=_quoted(file))).fetchall()
             reading.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {read}").fetchall()
             rows = reading.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()
     except duckdb.Error:
         return None
     schema = tuple((name, public_type(kind)) for name, kind, *_ in rows)
     return tuple(footer), schema
+
+
+CODECS = "SELECT DISTINCT compression FROM parquet_metadata({path}) ORDER BY 1"
+"""The compression codecs of a file's column chunks (part of the footer files are grouped
+by: ``SparkEngine.file_groups`` leaves out a group whose codec Spark cannot read)."""
+
+
+def codecs(con: duckdb.DuckDBPyConnection, file: str) -> frozenset[str] | None:
+    """The compression codecs of ``file``'s column chunks (read apart, ``_apart``); None
+    where they cannot be told."""
+    try:
+        with _apart(con, file) as reading:
+            found = reading.execute(CODECS.format(path=_quoted(file))).fetchall()
+    except duckdb.Error:
+        return None
+    return frozenset(codec for (codec,) in found)
 
 
 def written_by_spark(con: duckdb.DuckDBPyConnection, file: str) -> bool:
