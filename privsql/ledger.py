@@ -201,26 +201,43 @@ def database_path(connection: duckdb.DuckDBPyConnection) -> Path | None:
 LEDGER_SUFFIX = ".privsql-ledger"
 """The file next to a database whose ledger is kept in another file, naming that file."""
 
+ELSEWHERE = f"{SCHEMA}.ledger_elsewhere"
+"""The table in such a database naming that file too: it goes with the database's copies
+and hard links, which the file next to it does not (red team 36)."""
+
 
 def ledger_elsewhere(connection: duckdb.DuckDBPyConnection) -> str | None:
     """The ledger file the connection's database was opened with, when it is kept in
     another file (``mark_ledger``); None otherwise."""
+    present = connection.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = ?",
+        ELSEWHERE.split("."),
+    ).fetchall()
+    named = connection.execute(f"SELECT ledger FROM {ELSEWHERE}").fetchall() if present else []
+    if named:
+        return str(named[0][0])
     path = database_path(connection)
     marker = None if path is None else path.with_name(path.name + LEDGER_SUFFIX)
     return marker.read_text() if marker is not None and marker.exists() else None
 
 
 def mark_ledger(connection: duckdb.DuckDBPyConnection, ledger: str | Path) -> None:
-    """Name, next to the connection's database file, the ledger file kept for it elsewhere:
-    opened without it, or with another, the database would get a fresh ledger — a fresh
-    budget and none of the owner's declarations (red team 35). Nothing where the database
-    is in memory, or its directory cannot be written (docs/privacy.md §7.1)."""
+    """Name the ledger file kept elsewhere for the connection's database, in it and next to
+    its file: opened without it, or with another, the database would get a fresh ledger —
+    a fresh budget and none of the owner's declarations (red team 35). Nothing where the
+    database is in memory; only next to it where it is read-only, and only in it where
+    its directory cannot be written (docs/privacy.md §7.1)."""
     path = database_path(connection)
     if path is None:
         return
+    named = os.path.realpath(ledger)
+    with contextlib.suppress(duckdb.Error):
+        connection.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {ELSEWHERE} AS SELECT ? AS ledger", [named])
     with contextlib.suppress(OSError):
         with path.with_name(path.name + LEDGER_SUFFIX).open("x") as marker:
-            marker.write(os.path.realpath(ledger))
+            marker.write(named)
 
 
 def has_ledger(connection: duckdb.DuckDBPyConnection) -> bool:

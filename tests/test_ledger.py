@@ -319,6 +319,12 @@ def test_a_database_whose_ledger_is_elsewhere_gets_no_fresh_one(tmp_path):
             attempt()
     assert not (tmp_path / "other.duckdb").exists()
     assert not Path(f"{path}{KEY_SUFFIX}").exists()
+    copy, link = tmp_path / "copy.duckdb", tmp_path / "link.duckdb"
+    shutil.copy(path, copy)
+    os.link(path, link)  # a copy or hard link names no file next to it (red team 36)
+    for other in (copy, link):
+        with pytest.raises(privsql.PrivacyError, match="ledger"):
+            privsql.connect(other, budget=100, ledger=tmp_path / "mine.duckdb")
     with privsql.connect(path, ledger=tmp_path / "." / "ledger.duckdb") as db:
         assert db.budget.spent == pytest.approx(EPSILON)
         assert db.budget.total == 1.0
