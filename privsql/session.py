@@ -516,7 +516,16 @@ class Session:
             parsed = analyze_source(source)
         except PrivacyError:
             raise PrivacyError(f"{source} is not a table, a view or a Parquet reader") from None
-        return identity(parsed, self._database)
+        name = identity(parsed, self._database)
+        tables = self._catalog().tables
+        if not name.startswith(FILE) and tables is not None and name not in tables:
+            # e.g. ``dbfile.flights``, the database named as a schema: DuckDB reads the table,
+            # but the name is another identity, whose declaration would govern nothing
+            raise PrivacyError(
+                f"{source} is not a name queries can read a table or view by: name it as "
+                "they do (e.g. without the database's name)"
+            )
+        return name
 
     def _catalog(self) -> Catalog:
         return self._catalogs.current()

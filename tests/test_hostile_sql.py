@@ -1154,6 +1154,22 @@ def test_a_table_is_declared_once_however_spelt(db: privsql.Session, spelling: s
     ).rule == "privacy-unit"
 
 
+def test_a_name_no_query_reads_by_is_never_declared(tmp_path: Path) -> None:
+    """``owned.flights`` (the database's name where a schema goes) is read by DuckDB as the
+    private table, but is another identity: ``public`` accepted it, an entry governing
+    nothing (red team 35). Declarations take only names queries read by."""
+    db = privsql.connect(str(tmp_path / "owned.duckdb"), budget=1.0)
+    db._con.execute("CREATE TABLE flights AS SELECT range % 10 AS tailnum FROM range(100)")
+    db.protect("flights", privacy_unit="tailnum")
+    try:
+        for declare in (db.public, lambda n: db.protect(n, privacy_unit="tailnum")):
+            with pytest.raises(PrivacyError, match="not a name queries can read"):
+                declare("owned.flights")
+        assert db.budget.spent == 0
+    finally:
+        db.close()
+
+
 def test_the_key_file_is_unreadable_by_any_spelling(tmp_path: Path) -> None:
     path = tmp_path / "owned.duckdb"
     db = privsql.connect(str(path), budget=1.0)
