@@ -298,6 +298,21 @@ class DuckDBEngine:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
 
 
+SPARK_READS_AS = frozenset({("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")})
+"""(Spark's type, DuckDB's type) of one column that are one reading of its values: Spark
+reads the timestamps it writes (INT96, or INT64 adjusted to UTC) as its TIMESTAMP, an
+instant, where DuckDB names them TIMESTAMP."""
+
+
+def _read_alike(spark: Schema, duckdb_schema: Schema) -> bool:
+    """Whether Spark reads a group by the columns DuckDB reads it by: the same names, in
+    order, each of the same type or of a pair in ``SPARK_READS_AS``."""
+    return len(spark) == len(duckdb_schema) and all(
+        name == other and (kind == known or (kind, known) in SPARK_READS_AS)
+        for (name, kind), (other, known) in zip(spark, duckdb_schema, strict=True)
+    )
+
+
 SPARK_CODECS = frozenset({"UNCOMPRESSED", "SNAPPY", "GZIP", "ZSTD", "LZ4_RAW"})
 """The Parquet compression codecs Spark reads without extra libraries (not BROTLI, LZO, or
 Hadoop's old LZ4 framing)."""
@@ -379,7 +394,7 @@ class SparkEngine:
             schema = self._spark_schema(files) if files else None
             by_footer = not written_by_spark(self._con, files[0]) if files else True
             readable = files and (codecs(self._con, files[0]) or {"?"}) <= SPARK_CODECS
-            if readable and schema is not None and (schema == group.schema or by_footer):
+            if readable and schema is not None and (by_footer or _read_alike(schema, group.schema)):
                 read.append(FileGroup(files, schema, every_file=False))
         return tuple(read)
 

@@ -585,3 +585,23 @@ def test_a_units_file_cannot_make_spark_read_the_others_otherwise(spark, tmp_pat
     assert db.sql(query).epsilon == 1000
     for part, wanted in zip(_exact_parts(db, query, exact), before, strict=True):
         pd.testing.assert_frame_equal(part, wanted, check_exact=True)
+
+
+def test_files_spark_wrote_are_read_on_spark(spark, tmp_path):
+    """Files Spark writes carry its schema in their footers (``footers.SPARK_SCHEMA``), and
+    Spark reads its timestamps as TIMESTAMP WITH TIME ZONE where DuckDB names them
+    TIMESTAMP: the group is read alike (``engines.SPARK_READS_AS``), not left out — which
+    lost every row of Spark-written data with a timestamp."""
+    folder = str(tmp_path / "written")
+    spark.sql(
+        "SELECT CAST(id % 50 AS STRING) AS u, CAST(id AS DOUBLE) AS v, "
+        "TIMESTAMP '2020-01-01 00:00:00' AS ts, DATE '2020-01-01' AS day FROM range(1000)"
+    ).write.parquet(folder)
+    glob = f"{folder}/*.parquet"
+    db = privsql.connect(engine="spark", spark=spark, budget=1e6)
+    db.protect(f"read_parquet('{glob}')", privacy_unit="u")
+    query = (
+        f"SELECT COUNT(*) AS n FROM read_parquet('{glob}') WHERE ts IS NOT NULL "
+        "PRIVACY_UNIT u BOUND ROWS 100 EPSILON 10000"
+    )
+    assert db.sql(query).fetchall()[0][0] == pytest.approx(1000, abs=5)
