@@ -37,7 +37,7 @@ from privsql.ledger import Ledger, database_path
 from rewriter.analyze import public_sources
 from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
 from rewriter.errors import InvalidOption, UnsupportedQuery
-from rewriter.files import Schema, conformed_read, reader_schema
+from rewriter.files import FileGroup, Schema, conformed_read, reader_schema
 from rewriter.relations import source_sql
 
 PLAIN_NAME = re.compile(r'(?:"[^"]*"|\w+)(?:\.(?:"[^"]*"|\w+)){0,2}')
@@ -88,6 +88,9 @@ class CatalogCache:
         self._table_columns: dict[str, list[str]] = {}
         self._table_types: dict[str, list[str]] = {}
         self._names_table: dict[str, bool] = {}
+        self._groups: dict[str, tuple[FileGroup, ...]] = {}
+        """Each file reader's groups as the current catalogue reads them (``_file_reading``),
+        for its fingerprint: found again for each catalogue, never kept past it."""
 
     def is_own_file(self, path: str) -> bool:
         """Whether ``path``, however spelt (``file_identity``), is one of the session's own
@@ -113,6 +116,7 @@ class CatalogCache:
             files=lru_cache(maxsize=None)(self._files),
             forbidden=frozenset(file_identity(p) for p in self._unreadable),
         )
+        self._groups = {}
         reading = lru_cache(maxsize=None)(partial(self._file_reading, catalog))
         catalog = replace(
             catalog,
@@ -194,7 +198,7 @@ class CatalogCache:
         """A file reader's schema (its declaration's, else its files' one) and the read
         that gives its files that schema (``rewriter.files``)."""
         reader = _parsed_reader(reader_sql)
-        groups = self._engine.file_groups(reader)
+        groups = self._groups[reader_sql] = self._engine.file_groups(reader)
         protection = catalog.protection(reader)
         schema = reader_schema(protection.columns if protection else (), groups)
         unit = protection.privacy_unit if protection else ""
@@ -210,8 +214,9 @@ class CatalogCache:
             return None
         bare = source.copy()
         bare.set("alias", None)
-        read = catalog.read(bare)
-        groups = self._engine.file_groups(_parsed_reader(source_sql(source)))
+        read = catalog.read(bare)  # and its groups, read once for the catalogue
+        text = source_sql(source)
+        groups = self._groups.get(text) or self._engine.file_groups(_parsed_reader(text))
         states = [file_state(file) for group in groups for file in group.files]
         if any(state is None for state in states):
             return None

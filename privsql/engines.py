@@ -391,10 +391,15 @@ class SparkEngine:
         read = []
         for group in groups:
             files = tuple(file for file in group.files if not _unnamed(file))
-            schema = self._spark_schema(files) if files else None
-            by_footer = not written_by_spark(self._con, files[0]) if files else True
-            readable = files and (codecs(self._con, files[0]) or {"?"}) <= SPARK_CODECS
-            if readable and schema is not None and (by_footer or _read_alike(schema, group.schema)):
+            if not files:
+                continue
+            found = codecs(self._con, files[0])  # one group's files share them
+            if found is None or not found <= SPARK_CODECS:
+                continue
+            schema = self._spark_schema(files)
+            if schema is None:
+                continue
+            if not written_by_spark(self._con, files[0]) or _read_alike(schema, group.schema):
                 read.append(FileGroup(files, schema, every_file=False))
         return tuple(read)
 

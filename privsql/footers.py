@@ -168,25 +168,25 @@ by: ``SparkEngine.file_groups`` leaves out a group whose codec Spark cannot read
 
 
 def codecs(con: duckdb.DuckDBPyConnection, file: str) -> frozenset[str] | None:
-    """The compression codecs of ``file``'s column chunks (read apart, ``_apart``); None
-    where they cannot be told."""
-    try:
-        with _apart(con, file) as reading:
-            found = reading.execute(CODECS.format(path=_quoted(file))).fetchall()
-    except duckdb.Error:
-        return None
-    return frozenset(codec for (codec,) in found)
+    """The compression codecs of ``file``'s column chunks; None where they cannot be told."""
+    found = _footer_rows(con, file, CODECS)
+    return None if found is None else frozenset(codec for (codec,) in found)
 
 
 def written_by_spark(con: duckdb.DuckDBPyConnection, file: str) -> bool:
-    """Whether ``file``'s footer holds a schema Spark reads it by (``SPARK_SCHEMA``; read
-    apart, ``_apart``); True where that cannot be told. ``footer_groups`` groups files by
-    that entry too."""
+    """Whether ``file``'s footer holds a schema Spark reads it by (``SPARK_SCHEMA``); True
+    where that cannot be told. ``footer_groups`` groups files by that entry too."""
+    found = _footer_rows(con, file, SPARK_FOOTER)
+    return found is None or bool(found)
+
+
+def _footer_rows(con: duckdb.DuckDBPyConnection, file: str, query: str) -> list[tuple] | None:
+    """``query``'s rows about ``file``'s footer, read apart (``_apart``); None on failure."""
     try:
         with _apart(con, file) as reading:
-            return bool(reading.execute(SPARK_FOOTER.format(path=_quoted(file))).fetchall())
+            return reading.execute(query.format(path=_quoted(file))).fetchall()
     except duckdb.Error:
-        return True
+        return None
 
 
 def _read(file: str, options: list[exp.Expr]) -> str:
