@@ -168,6 +168,38 @@ def test_a_restored_budget_row_does_not_match_a_longer_history(database):
         privsql.connect(database)
 
 
+LAST = "(SELECT max(seq) FROM __privsql.history)"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        f"DELETE FROM __privsql.history WHERE seq = {LAST}",
+        f"UPDATE __privsql.history SET mac = 'x' WHERE seq = {LAST}",
+        f"UPDATE __privsql.history SET seq = seq + 10 WHERE seq = {LAST}",
+        f"INSERT INTO __privsql.history (seq, mac) SELECT {LAST} + 1, 'x'",
+        "UPDATE __privsql.history SET mac = 'x' WHERE seq = 1",
+    ],
+)
+def test_a_history_changed_under_an_open_session_is_refused_before_its_next_charge(
+    database, damage
+):
+    """The history's tail, read with the budget row at each query's start, is checked
+    against the entry the row names (its length, last number and that entry's MAC); a
+    change deeper in the chain, which the tail does not see, is the full check's (the
+    ``history`` property)."""
+    with privsql.connect(database) as db:
+        db.sql(query(3))
+        spent_before = db.budget.spent
+        duckdb.connect(str(database)).execute(damage).close()
+        with pytest.raises(LedgerCorrupted, match="history"):
+            if "seq = 1" in damage:
+                list(db.budget.history)
+            else:
+                db.sql(query(4))
+        assert db.budget.spent == spent_before
+
+
 @pytest.mark.parametrize("damage", ["deleted", "replaced", "garbled"])
 def test_the_key_file_is_required(database, damage):
     key = Path(f"{database}{KEY_SUFFIX}")
