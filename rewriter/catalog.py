@@ -3,14 +3,17 @@
 The session fills a ``Catalog`` from the data owner's declarations (``protect`` and
 ``public``) and from DuckDB's own catalogue; the rewriter only reads it. Every source has
 one *identity* (``identity``): a table's name without the default catalogue and schema,
-lower-cased (``t``, ``main.t``, ``"T"`` and ``memory.main.t`` are all ``t``), or a file
-reader's absolute paths; declarations are keyed by it.
+its ASCII capitals lower-cased as DuckDB compares names (``t``, ``main.t``, ``"T"`` and
+``memory.main.t`` are all ``t``), each part quoted where it holds a dot or a quote so that
+two sources never share one; or a file reader's absolute paths. Declarations are keyed
+by it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -59,12 +62,47 @@ def identity(source: exp.Table, database: str = "memory") -> str:
             _opened_path(p.name) for p in reader_paths(source.this) if isinstance(p, exp.Literal)
         )
         return FILE + "\n".join(paths)
-    parts = [part.lower() for part in (source.catalog, source.db) if part]
-    if len(parts) == 2 and parts[0] == database.lower():
+    return ".".join(_name_parts(source, database, fold_case, _spelt))
+
+
+def legacy_identity(source: exp.Table, database: str = "memory") -> str:
+    """The identity declarations were kept under before ``identity`` was one-to-one: the
+    parts joined bare and lower-cased by Unicode's rules. Read only to hold a table to a
+    privacy unit declared then (two tables it merges are both held to it)."""
+    return ".".join(_name_parts(source, database, str.lower, lambda part: part))
+
+
+def _name_parts(
+    source: exp.Table,
+    database: str,
+    fold: Callable[[str], str],
+    spell: Callable[[str], str],
+) -> list[str]:
+    parts = [fold(part) for part in (source.catalog, source.db) if part]
+    if len(parts) == 2 and parts[0] == fold(database):
         parts.pop(0)
     if len(parts) == 1 and parts[0] == "main":
         parts.pop()
-    return ".".join([*parts, source.name.lower()])
+    return [spell(part) for part in [*parts, fold(source.name)]]
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold_case(name: str) -> str:
+    """A name as DuckDB compares it: its ASCII capitals lower-cased and nothing else
+    (``"Études"`` and ``"études"`` are two tables there, ``"ABC"`` and ``"abc"`` one)."""
+    return name.translate(_ASCII_LOWER)
+
+
+_BARE = re.compile(r'[^."]+')
+
+
+def _spelt(part: str) -> str:
+    """One part of an identity: bare, unless it holds a dot or a quote (or is empty), then
+    quoted, so that no two sources share an identity (table ``"ref.codes"`` of the
+    default schema and table ``codes`` of schema ``ref`` were one, red team 37)."""
+    return part if _BARE.fullmatch(part) else '"' + part.replace('"', '""') + '"'
 
 
 def _opened_path(path: str) -> str:
@@ -176,7 +214,8 @@ class Catalog:
         """
         name = self.identity(source)
         if not name.startswith(FILE):
-            return self.protected.get(name)
+            declared = self.protected.get(name)
+            return declared or self.protected.get(legacy_identity(source, self.database))
         declared = self.sharing(name)
         if not declared:
             return None

@@ -1628,3 +1628,49 @@ def test_work_inside_a_dp_aggregate_counts_as_often_as_it_runs(
             assert db.sql(f"{sql} EPSILON 1").fetchall()
         else:
             assert "regular expressions" in str(refused(db, sql))
+
+
+
+TWINS = [
+    # (what makes the public table, its name, its twin's name: a table left undeclared)
+    ("CREATE SCHEMA ref; CREATE TABLE ref.codes AS SELECT 1 AS user_id, 2 AS x",
+     "ref.codes", '"ref.codes"'),
+    ('CREATE TABLE "Études" AS SELECT 1 AS user_id, 2 AS x', '"Études"', '"études"'),
+    ('CREATE TABLE "K" AS SELECT 1 AS user_id, 2 AS x', '"K"', '"\u212a"'),  # Kelvin sign
+    ('CREATE SCHEMA "a.b"; CREATE SCHEMA a; CREATE TABLE "a.b".c AS SELECT 1 AS user_id, 2 AS x',
+     '"a.b".c', 'a."b.c"'),
+]
+
+
+@pytest.mark.parametrize(("made", "public", "twin"), TWINS)
+def test_a_declaration_governs_its_own_table_and_never_a_twin_name(
+    db: privsql.Session, made: str, public: str, twin: str
+) -> None:
+    """Two tables DuckDB keeps apart had one identity — schema ``ref``'s ``codes`` and the
+    default schema's ``"ref.codes"``; ``"Études"`` and ``"études"`` (DuckDB folds only
+    ASCII capitals) — so declaring one public made the other's rows readable exactly, for
+    free, and a view over it declarable public (red team 37)."""
+    con = db._con
+    con.execute(made)
+    con.execute(f"CREATE TABLE {twin} AS SELECT user_id, note AS x FROM ratings")
+    db.public(public)
+    assert db.sql(f"SELECT * FROM {public}").fetchall() == [(1, 2)]
+    for sql in (f"SELECT * FROM {twin}", f"SELECT x FROM {twin} WHERE user_id = 999"):
+        assert refused(db, sql).rule == "privacy-unit-required"
+    con.execute(f"CREATE VIEW leak AS SELECT * FROM {twin}")
+    with pytest.raises(PrivacyError, match="leak is a view that reads private data"):
+        db.public("leak")
+    db.protect(twin, privacy_unit="user_id")
+    assert refused(db, f"SELECT COUNT(*) FROM {twin} PRIVACY_UNIT x").rule == "privacy-unit"
+    assert db.sql(f"SELECT * FROM {public}").fetchall() == [(1, 2)]
+    assert db.budget.spent == 0
+
+
+def test_a_unit_declared_under_the_former_identity_still_holds(db: privsql.Session) -> None:
+    """A ledger made before identities were one-to-one keeps a table's declaration under
+    its name lower-cased by Unicode's rules and its parts joined bare; the table is still
+    held to that unit (public declarations under such a name no longer apply: tighter)."""
+    db._con.execute('CREATE TABLE "Visits.All" AS SELECT user_id, rating FROM ratings')
+    db._ledger.declare("visits.all", Protection("user_id"))
+    caught = refused(db, 'SELECT COUNT(*) FROM "Visits.All" PRIVACY_UNIT rating')
+    assert caught.rule == "privacy-unit"
