@@ -90,7 +90,7 @@ def resolve(query: exp.Query, catalog: Catalog, names: list[str]) -> exp.Query:
     query = query.copy()
     if isinstance(query, exp.Select):
         for item, name in zip(list(query.expressions), names, strict=True):
-            if not item.alias:
+            if not item.alias and not item.is_star:  # a star's columns keep their names
                 item.replace(exp.alias_(item.copy(), name, quoted=True))
     for _ in range(VIEW_DEPTH):
         scopes = _scopes(query)

@@ -275,3 +275,22 @@ def test_describe_and_show_tables_through_sql_are_free() -> None:
     assert described == [("u", "INTEGER", "privacy unit"), ("x", "DOUBLE", "private")]
     assert db.sql("SHOW TABLES;").fetchall() == [("t", "private", "u")]
     assert db.budget.spent == 0
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM cities",
+        "SELECT c.* FROM cities AS c",
+        "SELECT * EXCLUDE (id), id AS k FROM cities",
+        "SELECT *, 1 FROM cities",
+        "TABLE cities",
+    ],
+)
+def test_a_public_query_names_its_columns_as_duckdb_does(sql: str) -> None:
+    """A star's columns were each named ``*`` (red team 37)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE cities AS SELECT 1 AS id, 'x' AS name")
+    db = privsql.connect(con, budget=1)
+    db.public("cities")
+    assert db.sql(sql).arrow().schema.names == con.sql(sql).columns
