@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from privsql.bound_reads import check_public_reads
 from privsql.footers import codecs, footer_groups, written_by_spark
@@ -301,16 +302,38 @@ class DuckDBEngine:
 SPARK_READS_AS = frozenset({("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")})
 """(Spark's type, DuckDB's type) of one column that are one reading of its values: Spark
 reads the timestamps it writes (INT96, or INT64 adjusted to UTC) as its TIMESTAMP, an
-instant, where DuckDB names them TIMESTAMP."""
+instant, where DuckDB names them TIMESTAMP. Within a list, struct or map too
+(``_reads_as``)."""
 
 
 def _read_alike(spark: Schema, duckdb_schema: Schema) -> bool:
     """Whether Spark reads a group by the columns DuckDB reads it by: the same names, in
-    order, each of the same type or of a pair in ``SPARK_READS_AS``."""
+    order, each of the same type up to the pairs in ``SPARK_READS_AS`` (``_reads_as``)."""
     return len(spark) == len(duckdb_schema) and all(
-        name == other and (kind == known or (kind, known) in SPARK_READS_AS)
+        name == other and _reads_as(kind, known)
         for (name, kind), (other, known) in zip(spark, duckdb_schema, strict=True)
     )
+
+
+def _reads_as(kind: str, known: str) -> bool:
+    """Whether Spark's type ``kind`` of a column is DuckDB's ``known`` once each type of a
+    pair in ``SPARK_READS_AS`` within it — the column's, a list's items', a struct's
+    fields', a map's keys' or values' — is DuckDB's: Spark reads a timestamp inside a list,
+    struct or map as it reads one in a column of its own (a group with one was left out
+    whole). Field names and nesting must be the same; a name sqlglot cannot parse is no
+    match."""
+    if kind == known or (kind, known) in SPARK_READS_AS:
+        return True
+    try:
+        found, wanted = (exp.DataType.build(k, dialect="duckdb") for k in (kind, known))
+    except (ParseError, ValueError):
+        return False
+    reads = {
+        exp.DataType.build(spark, dialect="duckdb"): exp.DataType.build(duck, dialect="duckdb")
+        for spark, duck in SPARK_READS_AS
+    }
+    read = found.transform(lambda node: reads[node].copy() if node in reads else node)
+    return read.sql(dialect="duckdb") == wanted.sql(dialect="duckdb")
 
 
 SPARK_CODECS = frozenset({"UNCOMPRESSED", "SNAPPY", "GZIP", "ZSTD", "LZ4_RAW"})
