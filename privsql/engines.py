@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import SqlglotError
 
 from privsql.bound_reads import check_public_reads
 from privsql.footers import codecs, footer_groups, written_by_spark
@@ -326,7 +326,7 @@ def _reads_as(kind: str, known: str) -> bool:
         return True
     try:
         found, wanted = (exp.DataType.build(k, dialect="duckdb") for k in (kind, known))
-    except (ParseError, ValueError):
+    except SqlglotError:
         return False
     reads = {
         exp.DataType.build(spark, dialect="duckdb"): exp.DataType.build(duck, dialect="duckdb")
@@ -477,7 +477,7 @@ class SparkEngine:
         except PySparkException:
             raise UnsupportedQuery("cannot bind the query's GROUP BY keys") from None
         return [
-            exp.DataType.build(f.dataType.simpleString(), dialect="spark").sql(dialect="duckdb")
+            exp.DataType.build(_spelt(f.dataType), dialect="spark").sql(dialect="duckdb")
             for f in fields
         ]
 
@@ -540,6 +540,23 @@ class SparkEngine:
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
+
+
+def _spelt(kind: Any) -> str:
+    """A Spark type (``pyspark.sql.types.DataType``) as Spark SQL spells it, each struct
+    field's name backquoted: its ``simpleString`` leaves them bare, so a field named
+    ``first name`` was read as no type (its group left out) and one named with a backquote
+    failed to parse (one unit's file with one failed every query over its glob)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(kind, StructType):
+        fields = (f"`{field.name.replace('`', '``')}`:{_spelt(field.dataType)}" for field in kind)
+        return f"struct<{','.join(fields)}>"
+    if isinstance(kind, ArrayType):
+        return f"array<{_spelt(kind.elementType)}>"
+    if isinstance(kind, MapType):
+        return f"map<{_spelt(kind.keyType)},{_spelt(kind.valueType)}>"
+    return str(kind.simpleString())
 
 
 def post_process(
