@@ -428,15 +428,17 @@ class SparkEngine:
 
     def _spark_schema(self, files: tuple[str, ...]) -> Schema | None:
         """The columns and types (as DuckDB names them) Spark reads ``files`` (one group)
-        with, from their footers (one for all); None if it cannot."""
+        with, from their footers (one for all); None if it cannot, or if DuckDB has no name
+        for a type Spark reads (a Spark ML vector: such a file, written by Spark or forged
+        by one unit, failed every query over its glob)."""
         listed = exp.Array(expressions=[exp.Literal.string(file) for file in files])
         source = exp.Table(this=exp.ReadParquet(expressions=[listed])).sql(dialect="duckdb")
         try:
             names = self.columns(source)
-            kinds = self.types(f"SELECT * FROM {source}")
-        except PrivacyError:
+            kinds = [self._named(kind) for kind in self.types(f"SELECT * FROM {source}")]
+        except (PrivacyError, duckdb.Error):
             return None
-        return tuple(zip(names, map(self._named, kinds), strict=True))
+        return tuple(zip(names, kinds, strict=True))
 
     def convert(self, column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
         """Spark's conversion (``transpile.spark_conversion``); a type declared by another
@@ -476,10 +478,13 @@ class SparkEngine:
             fields = self._sql(statement).schema.fields
         except PySparkException:
             raise UnsupportedQuery("cannot bind the query's GROUP BY keys") from None
-        return [
-            exp.DataType.build(_spelt(f.dataType), dialect="spark").sql(dialect="duckdb")
-            for f in fields
-        ]
+        try:
+            return [
+                exp.DataType.build(_spelt(f.dataType), dialect="spark").sql(dialect="duckdb")
+                for f in fields
+            ]
+        except SqlglotError:
+            raise UnsupportedQuery("cannot name the type of a column Spark reads") from None
 
     def check(self, analysis: Analysis) -> None:
         check_for_spark(analysis.select)

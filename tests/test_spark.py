@@ -22,11 +22,13 @@ from sqlglot import exp
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install privsql[spark])")
 
+from pyspark.ml.linalg import Matrices, Vectors, VectorUDT
+
 import privsql
 from privsql.engines import PARTITION_TYPE_INFERENCE
-from privsql.footers import SPARK_SCHEMA
+from privsql.footers import SPARK_SCHEMA, footer_groups
 from privsql.session import FUNCTIONS
-from rewriter.analyze import analyze
+from rewriter.analyze import analyze, analyze_source
 from rewriter.errors import PrivacyError
 from rewriter.generate import stages
 from rewriter.plan import plan
@@ -513,12 +515,17 @@ FORGED = {
     "unit renamed": [("tailnumX", "string"), ("dep_delay", "double"), ("origin", "string")],
     "column left out": [("tailnum", "string"), ("origin", "string")],
     "another type": [("tailnum", "string"), ("dep_delay", "long"), ("origin", "string")],
+    "a type without a DuckDB name": [
+        ("tailnum", "string"),
+        ("dep_delay", json.loads(VectorUDT().json())),
+        ("origin", "string"),
+    ],
 }
 """The schema one unit's file tells Spark to read it by (``footers.SPARK_SCHEMA``), its
 columns being the others' files' ones."""
 
 
-def _forged(fields: list[tuple[str, str]]):
+def _forged(fields: list[tuple[str, object]]):
     """A unit's file with the others' columns, telling Spark to read it by ``fields``."""
 
     def plant(folder) -> None:
@@ -689,3 +696,84 @@ def test_struct_fields_of_any_name_spark_wrote_are_read_alike(spark, tmp_path):
     found = _exact_parts(on_spark, query, lambda s: spark.sql(to_spark(s), args=secret).toPandas())
     for part, wanted in zip(found, expected, strict=True):
         pd.testing.assert_frame_equal(part, wanted, check_exact=True)
+
+
+def _spark_wrote(value: str):
+    def write(spark, folder) -> None:
+        spark.sql(f"SELECT 'a' AS u, {value} AS x").write.parquet(str(folder))
+
+    return write
+
+
+def _spark_ml_wrote(value: object):
+    def write(spark, folder) -> None:
+        spark.createDataFrame([("a", value)], ["u", "x"]).coalesce(1).write.parquet(str(folder))
+
+    return write
+
+
+def _duckdb_wrote(value: str):
+    def write(spark, folder) -> None:
+        folder.mkdir()
+        duckdb.connect().execute(f"COPY (SELECT 'a' AS u, {value} AS x) TO '{folder}/x.parquet'")
+
+    return write
+
+
+def _pyarrow_wrote(value: pa.Array):
+    def write(spark, folder) -> None:
+        folder.mkdir()
+        pq.write_table(pa.table({"u": ["a"], "x": value}), folder / "x.parquet")
+
+    return write
+
+
+LEFT_OUT = {
+    "Spark: INTERVAL DAY TO SECOND": (
+        _spark_wrote("INTERVAL '1 02:03:04' DAY TO SECOND"), "BIGINT", "INTERVAL"
+    ),
+    "Spark: INTERVAL YEAR TO MONTH": (
+        _spark_wrote("INTERVAL '1-2' YEAR TO MONTH"), "INTEGER", "INTERVAL"
+    ),
+    "Spark: ML vector": (
+        _spark_ml_wrote(Vectors.dense([1.0, 2.0])),
+        'STRUCT("type" TINYINT, size INTEGER, indices INTEGER[], "values" DOUBLE[])',
+        None,
+    ),
+    "Spark: ML matrix": (
+        _spark_ml_wrote(Matrices.dense(1, 1, [1.0])),
+        'STRUCT("type" TINYINT, numRows INTEGER, numCols INTEGER, colPtrs INTEGER[], '
+        'rowIndices INTEGER[], "values" DOUBLE[], isTransposed BOOLEAN)',
+        None,
+    ),
+    "DuckDB: INTERVAL": (_duckdb_wrote("INTERVAL 1 DAY"), "INTERVAL", None),
+    "DuckDB: UUID": (_duckdb_wrote("uuid()"), "UUID", None),
+    "DuckDB: TIME": (_duckdb_wrote("TIME '12:00:00'"), "TIME", None),
+    "DuckDB: TIMESTAMP_NS": (_duckdb_wrote("TIMESTAMP_NS '2020-01-01'"), "TIMESTAMP_NS", None),
+    "pyarrow: float16": (_pyarrow_wrote(pa.array([1.5], pa.float16())), "FLOAT", None),
+    "pyarrow: decimal256(50, 0)": (
+        _pyarrow_wrote(pa.array([1], pa.decimal256(50, 0))), "DOUBLE", None
+    ),
+}
+"""Files whose column ``x`` DuckDB reads (as the type given) and Spark reads otherwise (as
+the type given: Spark-written ANSI intervals, whose microseconds or months DuckDB reads
+as numbers) or not at all (None: a Parquet type Spark has not, or a Spark ML type DuckDB
+has no name for; the ML types failed every query over their glob before)."""
+
+
+@pytest.mark.parametrize(("write", "on_duckdb", "on_spark"), LEFT_OUT.values(), ids=LEFT_OUT)
+def test_a_group_spark_reads_otherwise_than_duckdb_is_left_out(
+    spark, tmp_path, write, on_duckdb, on_spark
+):
+    """A group whose column Spark reads as another type than DuckDB does (other values, not
+    one reading of the same ones) or cannot read is left out on Spark, as an unreadable file
+    is: its rows are lost on Spark, where DuckDB reads them, and no query fails over it."""
+    folder = tmp_path / "written"
+    write(spark, folder)
+    reader = analyze_source(f"read_parquet('{folder}/*.parquet')")
+    (group,) = footer_groups(duckdb.connect(), reader)
+    assert dict(group.schema)["x"] == on_duckdb
+    engine = privsql.connect(engine="spark", spark=spark, insecure=True)._engine
+    found = engine._spark_schema(group.files)
+    assert (found and dict(found)["x"]) == on_spark
+    assert engine.file_groups(reader) == ()
