@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from privsql.bound_reads import check_public_reads
 from privsql.footers import codecs, footer_groups, written_by_spark
@@ -301,16 +302,38 @@ class DuckDBEngine:
 SPARK_READS_AS = frozenset({("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")})
 """(Spark's type, DuckDB's type) of one column that are one reading of its values: Spark
 reads the timestamps it writes (INT96, or INT64 adjusted to UTC) as its TIMESTAMP, an
-instant, where DuckDB names them TIMESTAMP."""
+instant, where DuckDB names them TIMESTAMP. Within a list, struct or map too
+(``_reads_as``)."""
 
 
 def _read_alike(spark: Schema, duckdb_schema: Schema) -> bool:
     """Whether Spark reads a group by the columns DuckDB reads it by: the same names, in
-    order, each of the same type or of a pair in ``SPARK_READS_AS``."""
+    order, each of the same type up to the pairs in ``SPARK_READS_AS`` (``_reads_as``)."""
     return len(spark) == len(duckdb_schema) and all(
-        name == other and (kind == known or (kind, known) in SPARK_READS_AS)
+        name == other and _reads_as(kind, known)
         for (name, kind), (other, known) in zip(spark, duckdb_schema, strict=True)
     )
+
+
+def _reads_as(kind: str, known: str) -> bool:
+    """Whether Spark's type ``kind`` of a column is DuckDB's ``known`` once each type of a
+    pair in ``SPARK_READS_AS`` within it — the column's, a list's items', a struct's
+    fields', a map's keys' or values' — is DuckDB's: Spark reads a timestamp inside a list,
+    struct or map as it reads one in a column of its own (a group with one was left out
+    whole). Field names and nesting must be the same; a name sqlglot cannot parse is no
+    match."""
+    if kind == known or (kind, known) in SPARK_READS_AS:
+        return True
+    try:
+        found, wanted = (exp.DataType.build(k, dialect="duckdb") for k in (kind, known))
+    except SqlglotError:
+        return False
+    reads = {
+        exp.DataType.build(spark, dialect="duckdb"): exp.DataType.build(duck, dialect="duckdb")
+        for spark, duck in SPARK_READS_AS
+    }
+    read = found.transform(lambda node: reads[node].copy() if node in reads else node)
+    return read.sql(dialect="duckdb") == wanted.sql(dialect="duckdb")
 
 
 SPARK_CODECS = frozenset({"UNCOMPRESSED", "SNAPPY", "GZIP", "ZSTD", "LZ4_RAW"})
@@ -405,15 +428,17 @@ class SparkEngine:
 
     def _spark_schema(self, files: tuple[str, ...]) -> Schema | None:
         """The columns and types (as DuckDB names them) Spark reads ``files`` (one group)
-        with, from their footers (one for all); None if it cannot."""
+        with, from their footers (one for all); None if it cannot, or if DuckDB has no name
+        for a type Spark reads (a Spark ML vector: such a file, written by Spark or forged
+        by one unit, failed every query over its glob)."""
         listed = exp.Array(expressions=[exp.Literal.string(file) for file in files])
         source = exp.Table(this=exp.ReadParquet(expressions=[listed])).sql(dialect="duckdb")
         try:
             names = self.columns(source)
-            kinds = self.types(f"SELECT * FROM {source}")
-        except PrivacyError:
+            kinds = [self._named(kind) for kind in self.types(f"SELECT * FROM {source}")]
+        except (PrivacyError, duckdb.Error):
             return None
-        return tuple(zip(names, map(self._named, kinds), strict=True))
+        return tuple(zip(names, kinds, strict=True))
 
     def convert(self, column: exp.Expr, found: str, kind: str) -> exp.Expr | None:
         """Spark's conversion (``transpile.spark_conversion``); a type declared by another
@@ -453,10 +478,13 @@ class SparkEngine:
             fields = self._sql(statement).schema.fields
         except PySparkException:
             raise UnsupportedQuery("cannot bind the query's GROUP BY keys") from None
-        return [
-            exp.DataType.build(f.dataType.simpleString(), dialect="spark").sql(dialect="duckdb")
-            for f in fields
-        ]
+        try:
+            return [
+                exp.DataType.build(_spelt(f.dataType), dialect="spark").sql(dialect="duckdb")
+                for f in fields
+            ]
+        except SqlglotError:
+            raise UnsupportedQuery("cannot name the type of a column Spark reads") from None
 
     def check(self, analysis: Analysis) -> None:
         check_for_spark(analysis.select)
@@ -517,6 +545,23 @@ class SparkEngine:
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
+
+
+def _spelt(kind: Any) -> str:
+    """A Spark type (``pyspark.sql.types.DataType``) as Spark SQL spells it, each struct
+    field's name backquoted: its ``simpleString`` leaves them bare, so a field named
+    ``first name`` was read as no type (its group left out) and one named with a backquote
+    failed to parse (one unit's file with one failed every query over its glob)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(kind, StructType):
+        fields = (f"`{field.name.replace('`', '``')}`:{_spelt(field.dataType)}" for field in kind)
+        return f"struct<{','.join(fields)}>"
+    if isinstance(kind, ArrayType):
+        return f"array<{_spelt(kind.elementType)}>"
+    if isinstance(kind, MapType):
+        return f"map<{_spelt(kind.keyType)},{_spelt(kind.valueType)}>"
+    return str(kind.simpleString())
 
 
 def post_process(
