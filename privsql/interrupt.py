@@ -18,6 +18,10 @@ from contextlib import contextmanager
 
 from rewriter.errors import PrivacyError
 
+PUBLIC_TIMEOUT = 30.0
+"""Seconds a server lets a statement over public data only run, by default
+(``privsql serve --public-timeout``)."""
+
 
 class QueryCanceled(PrivacyError):
     """A statement over public data only was interrupted (its time limit, its client's
