@@ -1,6 +1,7 @@
 """The data owner's commands: serve a database, administer its analysts and its budget.
 
     privsql serve flights.duckdb [--host 127.0.0.1] [--port 5433] [--share-answers]
+                                 [--public-timeout 30]
     privsql analysts flights.duckdb add alice --budget 1.5     # password from stdin
     privsql analysts flights.duckdb list
     privsql analysts flights.duckdb set-budget alice --budget 3
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from privsql.interrupt import PUBLIC_TIMEOUT
 from privsql.ledger import KEY_SUFFIX, Ledger, open_database
 
 COMMANDS = ("serve", "analysts", "budget")
@@ -41,6 +43,14 @@ def parser() -> argparse.ArgumentParser:
         "--share-answers",
         action="store_true",
         help="return an answer stored for one analyst to the others too (default: not)",
+    )
+    serve.add_argument(
+        "--public-timeout",
+        type=_seconds,
+        default=PUBLIC_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds a query over public data only may run; 0 for no limit (default: "
+        f"{PUBLIC_TIMEOUT:g}; a private query always runs to its charge)",
     )
 
     analysts = commands.add_parser("analysts", help="add, list, change or remove analysts")
@@ -147,6 +157,14 @@ def _budget(ledger: Ledger, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _seconds(text: str) -> float:
+    """A time limit in seconds: a finite number, 0 or more."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text}")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     from privsql.server import serve
 
@@ -168,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         share_answers=args.share_answers,
+        public_timeout=args.public_timeout or None,
         ready=ready,
     )
     return EXIT_OK

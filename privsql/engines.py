@@ -115,6 +115,11 @@ class Engine(Protocol):
         """A query over public data only, exactly as written."""
         ...
 
+    def interrupt(self) -> None:
+        """Stop the statement running (from another thread), if the engine can; only a
+        public one is ever stopped (``privsql.interrupt``)."""
+        ...
+
 
 class _TryKeptWhole:
     """Turn off the DuckDB optimisers that move an expression out of the ``TRY`` around it,
@@ -297,6 +302,9 @@ class DuckDBEngine:
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._con.sql(query.sql(dialect="duckdb")).to_arrow_table()
+
+    def interrupt(self) -> None:
+        self._con.interrupt()  # this session's cursor alone: another's statements run on
 
 
 SPARK_READS_AS = frozenset({("TIMESTAMP WITH TIME ZONE", "TIMESTAMP")})
@@ -545,6 +553,10 @@ class SparkEngine:
 
     def public(self, query: exp.Query) -> pa.Table:
         return self._spark.sql(query.sql(dialect="spark")).toArrow()
+
+    def interrupt(self) -> None:
+        """Not on Spark: cancelling its jobs would cancel other sessions' of the same
+        SparkSession too (``privsql serve`` serves DuckDB alone)."""
 
 
 def _spelt(kind: Any) -> str:

@@ -29,6 +29,7 @@ from privsql.accuracy import bounding_checks, guessed_outputs, half_widths, rang
 from privsql.catalog_cache import CatalogCache
 from privsql.engines import DuckDBEngine, Engine, SparkEngine, builtin_functions, post_process
 from privsql.explain import Explanation, Public, Suggestion, explain, suggest
+from privsql.interrupt import PublicStatement
 from privsql.ledger import (
     LOCK_TIMEOUT,
     MAX_QUERY_DELTA,
@@ -172,6 +173,9 @@ class Session:
         self._con = connection
         self._progress_after = _progress_after(progress)
         self._busy = threading.RLock()  # one statement at a time on this session's connection
+        self.public_statement = PublicStatement()
+        """The statement over public data only running, which another thread may interrupt
+        (a server's time limit, a client's cancel request); never a private one."""
         self._engine = engine or DuckDBEngine(connection, owned=owns_connection)
         self._owns_connection = owns_connection
         self._ledger_connection = ledger
@@ -331,7 +335,9 @@ class Session:
             # read again: a macro made since the catalogue was would run as written
             refuse_defined(analysis.select, self._engine.defined_functions(), builtin_functions())
             self._engine.check_public(analysis.select, catalog.public)
-            return Result(self._engine.public(analysis.select))
+            with self.public_statement.running(self._engine.interrupt):
+                table = self._engine.public(analysis.select)
+            return Result(table)
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from privsql.interrupt import PUBLIC_TIMEOUT
 from privsql.server.backend import Backend
 from privsql.server.wire import Server
 
@@ -41,11 +42,11 @@ class Running:
 
 
 def _server(
-    database: str | Path, host: str, port: int, share_answers: bool
+    database: str | Path, host: str, port: int, share_answers: bool, public_timeout: float | None
 ) -> tuple[Server, Backend]:
     backend = Backend(database, share_answers=share_answers)
     try:
-        return Server((host, port), backend), backend
+        return Server((host, port), backend, public_timeout), backend
     except BaseException:
         backend.close()
         raise
@@ -57,13 +58,17 @@ def start(
     host: str = DEFAULT_HOST,
     port: int = 0,
     share_answers: bool = False,
+    public_timeout: float | None = PUBLIC_TIMEOUT,
 ) -> Running:
     """Serve ``database`` from a background thread; ``port=0`` picks a free port.
+    ``public_timeout`` is the seconds a statement over public data only may run (None:
+    no limit); a private one always runs to its charge.
 
     Returns the address and a ``stop()`` that closes the listening socket, cuts off the
-    clients still connected (a query running finishes first) and closes the database.
+    clients still connected (a private query running finishes first; a public one is
+    interrupted) and closes the database.
     """
-    server, backend = _server(database, host, port, share_answers)
+    server, backend = _server(database, host, port, share_answers, public_timeout)
     thread = threading.Thread(target=server.serve_forever, name="privsql-serve", daemon=True)
     thread.start()
 
@@ -84,10 +89,11 @@ def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     share_answers: bool = False,
+    public_timeout: float | None = PUBLIC_TIMEOUT,
     ready: Callable[[str, int], None] | None = None,
 ) -> None:
     """Serve ``database`` in the foreground until interrupted (``privsql serve``)."""
-    server, backend = _server(database, host, port, share_answers)
+    server, backend = _server(database, host, port, share_answers, public_timeout)
     try:
         if ready is not None:
             bound_host, bound_port = server.server_address[:2]

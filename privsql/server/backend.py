@@ -290,6 +290,18 @@ class ClientSession(WireSession):
     def cursor(self) -> None:
         raise NotImplementedError("privsql sessions have no cursors of their own")
 
+    def public_started(self) -> float | None:
+        """When (``time.monotonic()``) this client's statement over public data only
+        started, if one runs."""
+        session = self._session
+        return None if session is None else session.public_statement.started
+
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt this client's statement over public data only, if one runs (answered
+        with SQLSTATE 57014 and ``reason``); a private one runs on to its charge."""
+        session = self._session
+        return session is not None and session.public_statement.interrupt(reason)
+
     def execute_sql(self, sql: str, params: list | None = None) -> Answer:
         """Answer one statement, its parameters (``$n``) written in as literals."""
         if params:

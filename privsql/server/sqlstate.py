@@ -19,6 +19,7 @@ BY_RULE = {
     "option": "22023",  # invalid_parameter_value
     "unsupported": "0A000",  # feature_not_supported
     "busy": "40001",  # serialization_failure: try again
+    "canceled": "57014",  # query_canceled: a public query's time limit or a cancel request
     "privacy-unit-required": "PV001",
     "privacy-unit": "PV002",
     "output": "PV003",

@@ -13,7 +13,11 @@ replaces what a server facing untrusted clients must do differently:
 - booleans are written as PostgreSQL writes them in text, ``t`` and ``f`` (buenavista
   writes ``true``, which psql's ``\\du`` and other libpq clients read as false);
 - TLS and GSS encryption requests are declined (use a TLS-terminating proxy:
-  docs/serving.md), cancel requests are ignored (a release cannot be half-run).
+  docs/serving.md);
+- each client gets a process id and a secret key from the system's random source
+  (BackendKeyData); a cancel request bearing them, the time limit, or the client hanging
+  up interrupts the client's statement over public data only, never a private one: a
+  release cannot be half-run (``privsql.server.watchdog``).
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ from buenavista.postgres import (
 )
 
 from privsql.cli import statements
+from privsql.interrupt import PUBLIC_TIMEOUT
 from privsql.server import parameters, sqlstate
 from privsql.server.auth import MECHANISM, Exchange, Failed
 from privsql.server.backend import PARAMETERS, Answer, Backend, Refusal
+from privsql.server.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +120,7 @@ class Handler(BuenaVistaHandler):
                 raise ProtocolError(sqlstate.TOO_MANY_CONNECTIONS, "too many clients already")
             session = self.server.backend.open(analyst)
             ctx = BVContext(session, None, params)
+            ctx.process_id, ctx.secret_key = self.server.watchdog.add(session, self.request)
             ctx.authenticated = True
             self.request.settimeout(None)
             self.handle_post_auth(ctx)
@@ -131,6 +138,7 @@ class Handler(BuenaVistaHandler):
         finally:
             deadline.cancel()
             if ctx is not None:
+                self.server.watchdog.remove(ctx.process_id)  # before its session is given back
                 ctx.session.close()
             self.server.leave(self.request, address, analyst if signed_in else None)
 
@@ -143,7 +151,8 @@ class Handler(BuenaVistaHandler):
 
     def _startup(self) -> dict[str, str] | None:
         """The client's start-up parameters, after declining encryption requests; None for
-        a cancel request (ignored)."""
+        a cancel request (passed to the watchdog; the connection is then closed, unanswered,
+        as PostgreSQL does)."""
         for _ in range(3):
             length = self._uint32()
             if not 8 <= length <= MAX_STARTUP:
@@ -154,6 +163,8 @@ class Handler(BuenaVistaHandler):
                 self.wfile.write(b"N")
                 continue
             if code == CANCEL_REQUEST:
+                if length == 16:
+                    self.server.watchdog.cancel(*struct.unpack("!II", body[4:12]))
                 return None
             if code != PROTOCOL_3:
                 raise ProtocolError(sqlstate.PROTOCOL_VIOLATION, "unsupported frontend protocol")
@@ -346,10 +357,16 @@ class Server(BuenaVistaServer):
     request_queue_size = 128
     """The listen backlog: clients connecting at once wait in it (socketserver's is 5)."""
 
-    def __init__(self, address: tuple[str, int], backend: Backend) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        backend: Backend,
+        public_timeout: float | None = PUBLIC_TIMEOUT,
+    ) -> None:
         super().__init__(address, None)  # type: ignore[arg-type]
         self.RequestHandlerClass = Handler
         self.backend = backend
+        self.watchdog = Watchdog(public_timeout)
         self._connected: set[socket.socket] = set()
         self._connected_lock = threading.Lock()
         self._starting: Counter[str] = Counter()
@@ -407,7 +424,8 @@ class Server(BuenaVistaServer):
 
     def disconnect_all(self, timeout: float = 10.0) -> None:
         """End every client's connection, and wait up to ``timeout`` for their handlers to
-        finish (a query running finishes first: its answer is charged)."""
+        finish (a private query running finishes first: its answer is charged; a public one
+        is interrupted, its client gone)."""
         with self._connected_lock:
             clients = list(self._connected)
         for client in clients:
