@@ -171,16 +171,16 @@ def test_a_restored_budget_row_does_not_match_a_longer_history(database):
 LAST = "(SELECT max(seq) FROM __privsql.history)"
 
 
-@pytest.mark.parametrize(
-    "damage",
-    [
-        f"DELETE FROM __privsql.history WHERE seq = {LAST}",
-        f"UPDATE __privsql.history SET mac = 'x' WHERE seq = {LAST}",
-        f"UPDATE __privsql.history SET seq = seq + 10 WHERE seq = {LAST}",
-        f"INSERT INTO __privsql.history (seq, mac) SELECT {LAST} + 1, 'x'",
-        "UPDATE __privsql.history SET mac = 'x' WHERE seq = 1",
-    ],
-)
+HISTORY_CHANGES = [
+    f"DELETE FROM __privsql.history WHERE seq = {LAST}",
+    f"UPDATE __privsql.history SET mac = 'x' WHERE seq = {LAST}",
+    f"UPDATE __privsql.history SET seq = seq + 10 WHERE seq = {LAST}",
+    f"INSERT INTO __privsql.history (seq, mac) SELECT {LAST} + 1, 'x'",
+    "UPDATE __privsql.history SET mac = 'x' WHERE seq = 1",
+]
+
+
+@pytest.mark.parametrize("damage", HISTORY_CHANGES)
 def test_a_history_changed_under_an_open_session_is_refused_before_its_next_charge(
     database, damage
 ):
@@ -197,6 +197,28 @@ def test_a_history_changed_under_an_open_session_is_refused_before_its_next_char
                 list(db.budget.history)
             else:
                 db.sql(query(4))
+        assert db.budget.spent == spent_before
+
+
+@pytest.mark.parametrize("damage", HISTORY_CHANGES[:4])
+def test_a_history_changed_while_a_query_runs_is_refused_at_its_charge(
+    database, damage, monkeypatch
+):
+    """The tail is checked again as the charge adds its entry (in the same statement):
+    a history changed after the query's start, while it ran, is no charge."""
+    with privsql.connect(database) as db:
+        db.sql(query(3))
+        spent_before = db.budget.spent
+        engine = type(db._engine)
+        release = engine.release
+
+        def damaged(self, *args):
+            duckdb.connect(str(database)).execute(damage).close()
+            return release(self, *args)
+
+        monkeypatch.setattr(engine, "release", damaged)
+        with pytest.raises(LedgerCorrupted, match="history"):
+            db.sql(query(4))
         assert db.budget.spent == spent_before
 
 
