@@ -804,10 +804,9 @@ class Ledger:
         it (the replaced budget row's ``entries``). Without ``known`` it reads and
         checks the budget row and the history's tail first. With it, the checks on the
         row are made on ``known`` (whose MAC ``read`` checked), and those reading other
-        rows (the analyst's row, the history's tail as the new entry is added) after the
-        compare-and-set has shown that ``known`` is the row this transaction sees:
-        checked against a row another session has since replaced, they would report a
-        corruption."""
+        rows (the history's tail, the analyst's row) right after the compare-and-set has
+        shown that ``known`` is the row this transaction sees: checked against a row
+        another session has since replaced, they would report a corruption."""
         state = known
         if state is None:
             state = self._state()
@@ -834,10 +833,16 @@ class Ledger:
             state.declared,
         )
         self._compare_and_set(state, new)
+        if known is not None:
+            self._check_tail(state)
         mine = self._analyst_affordable(state, epsilon, delta)
         if mine is not None:
             self._spend_analyst(mine, epsilon, delta)
-        self._append(state, [seq, at, label, epsilon, delta, link, self._analyst])
+        self._execute(
+            f"INSERT INTO {SCHEMA}.history (seq, charged_at, query, epsilon, delta, mac, "
+            "analyst) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [seq, at, label, epsilon, delta, link, self._analyst],
+        )
         if answer is not None:
             blob = _ipc(answer.table)
             self._execute(
@@ -852,19 +857,6 @@ class Ledger:
                 ],
             )
         return state.entries
-
-    def _append(self, state: LedgerState, entry: list) -> None:
-        """Add ``entry`` to the history if it ends where ``state`` says, else raise
-        ``LedgerCorrupted``: the tail's check and the write are one statement (a query's
-        charge checked it in one more)."""
-        appended = self._execute(
-            f"INSERT INTO {SCHEMA}.history (seq, charged_at, query, epsilon, delta, mac, "
-            f"analyst) SELECT ?, ?, ?, ?, ?, ?, ? FROM {_tail('?')} "
-            f"WHERE ({', '.join(_TAIL_COLUMNS)}) = (?, ?, ?)",
-            [*entry, state.entries, state.entries, state.entries, state.head],
-        ).fetchall()
-        if appended != [(1,)]:
-            raise LedgerCorrupted("the ledger's history was changed outside privsql")
 
     def _spend_analyst(self, mine: tuple[Analyst, str, str], epsilon: float, delta: float) -> None:
         """Spend ε and δ from the analyst's row ``mine`` (checked by ``_affordable_for``), in
