@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
@@ -133,6 +134,7 @@ class CatalogCache:
     def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
         declared = self._ledger.declarations()
         database = self._template.database
+        names = [identity(t, database) for t, _ in listing]
         self._table_columns = {}
         self._table_types = {}
         self._names_table = {}
@@ -140,7 +142,9 @@ class CatalogCache:
             self._template,
             protected={n: p for n, (p, _) in declared.items() if p is not None},
             public=frozenset(n for n, (_, public) in declared.items() if public),
-            tables=frozenset(identity(t, database) for t, _ in listing),
+            tables=frozenset(names),
+            search_path=self._engine.search_path(),
+            ambiguous=frozenset(name for name, n in Counter(names).items() if n > 1),
             views={identity(t, database): sql for t, sql in listing if sql},
             defined=self._engine.defined_functions(),
             memo={},

@@ -79,6 +79,11 @@ class Engine(Protocol):
         derived from it while it is)."""
         ...
 
+    def search_path(self) -> tuple[tuple[str, str], ...]:
+        """Where an unqualified name is looked up as of the last ``tables()``, in order
+        (``Catalog.search_path``); empty where names are taken as written."""
+        ...
+
     def defined_functions(self) -> frozenset[str]:
         """The functions a query may call that the engine does not bring itself (macros,
         user functions): analyst SQL calls none of them (``rewriter.functions``)."""
@@ -194,12 +199,32 @@ def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
     return {SECRET: secret} if f"${SECRET}" in statement else None
 
 
+_LOOKUP = "current_setting('search_path'), current_database(), current_schema()"
 LISTING = (
-    "SELECT database_name, schema_name, table_name, sql, NULL::BIGINT, NULL FROM duckdb_tables() "
-    "UNION ALL SELECT database_name, schema_name, view_name, NULL, view_oid, {definition} "
-    "FROM duckdb_views() WHERE NOT internal"
+    "SELECT database_name, schema_name, table_name, sql, NULL::BIGINT, "
+    f"{_LOOKUP}, NULL FROM duckdb_tables() "
+    "UNION ALL SELECT database_name, schema_name, view_name, NULL, view_oid, "
+    f"{_LOOKUP}, {{definition}} FROM duckdb_views() WHERE NOT internal"
 )
-"""Every table with its definition and every view with its oid (and ``{definition}``)."""
+"""Every table with its definition and every view with its oid (and ``{definition}``),
+each with where the connection looks unqualified names up (``search_path``)."""
+
+
+def search_path(setting: str, database: str, schema: str) -> tuple[tuple[str, str], ...]:
+    """The (catalogue, schema) pairs DuckDB may find an unqualified name in, temporary
+    objects first: the ``search_path`` setting's entries (one naming a schema or a
+    catalogue alone is taken as both), then the current schema and ``main``. Wider than
+    DuckDB's lookup where unsure: a name more than one pair answers to is refused
+    (``Catalog.bound``)."""
+    pairs = [("temp", "main")]
+    for entry in (e.strip() for e in setting.split(",") if e.strip()):
+        parts = [p.strip('"') for p in entry.split(".")]
+        if len(parts) == 2:
+            pairs.append((parts[0], parts[1]))
+        else:
+            pairs += [(database, parts[0]), (parts[0], "main")]
+    pairs += [(database, schema), (database, "main")]
+    return tuple(dict.fromkeys(pairs))
 
 
 class DuckDBEngine:
@@ -212,6 +237,7 @@ class DuckDBEngine:
         self._owned = owned
         ((self._database,),) = connection.execute("SELECT current_database()").fetchall()
         self._listing: tuple[list[tuple], list[tuple[exp.Table, str | None]]] = ([], [])
+        self._search_path: tuple[tuple[str, str], ...] = ()
 
     def columns(self, source: str) -> list[str]:
         try:
@@ -235,20 +261,22 @@ class DuckDBEngine:
         # gets a new oid, a view renamed or moved a new name, and oids are never reused
         # within the process (an attached database gets new ones each time).
         listing = self._con.execute(LISTING.format(definition="NULL")).fetchall()
-        listed = [row[:5] for row in listing]
+        listed = [row[:-1] for row in listing]
         if listed == self._listing[0]:
             return self._listing[1]
         # The definitions and the listing they go with come from one statement: a view
         # replaced in between is a change the next query's listing sees.
         rows = self._con.execute(LISTING.format(definition="sql")).fetchall()
         found = []
-        for database, schema, name, _, oid, sql in rows:
+        for database, schema, name, _, oid, *_, sql in rows:
             definition = sql if oid is not None else None
             found.append((exp.table_(name, db=schema, catalog=database), definition))
-            if database == "temp":  # a temporary table is named without its catalogue
-                found.append((exp.table_(name), definition))
-        self._listing = ([row[:5] for row in rows], found)
+        self._search_path = search_path(*rows[0][5:8]) if rows else ()
+        self._listing = ([row[:-1] for row in rows], found)
         return found
+
+    def search_path(self) -> tuple[tuple[str, str], ...]:
+        return self._search_path
 
     def defined_functions(self) -> frozenset[str]:
         rows = self._con.execute(  # no function call: a defined one would run in its place
@@ -471,6 +499,9 @@ class SparkEngine:
             else:
                 found.append((exp.table_(table.name, db=".".join(namespace)), None))
         return found
+
+    def search_path(self) -> tuple[tuple[str, str], ...]:
+        return ()  # names as written; a temporary view named like a table is ambiguous
 
     def defined_functions(self) -> frozenset[str]:
         """The functions the Spark session defines (Python UDFs, temporary and persistent SQL

@@ -46,7 +46,7 @@ from privsql.progress import AFTER, watch
 from privsql.result import Result
 from privsql.schema import describe, schema_statement, tables
 from rewriter.analyze import Analysis, PublicQuery, analyze, analyze_source, public_sources
-from rewriter.catalog import FILE, Bounds, Catalog, Protection, identity, public_type
+from rewriter.catalog import FILE, Bounds, Catalog, Protection, public_type
 from rewriter.compiler import (
     Compiled,
     Decided,
@@ -522,8 +522,9 @@ class Session:
             parsed = analyze_source(source)
         except PrivacyError:
             raise PrivacyError(f"{source} is not a table, a view or a Parquet reader") from None
-        name = identity(parsed, self._database)
-        tables = self._catalog().tables
+        catalog = self._catalog()
+        name = catalog.identity(parsed)  # the source queries reading this name read
+        tables = catalog.tables
         if not name.startswith(FILE) and tables is not None and name not in tables:
             # e.g. ``dbfile.flights``, the database named as a schema: DuckDB reads the table,
             # but the name is another identity, whose declaration would govern nothing

@@ -105,6 +105,30 @@ def _spelt(part: str) -> str:
     return part if _BARE.fullmatch(part) else '"' + part.replace('"', '""') + '"'
 
 
+def _candidates(source: exp.Table, search_path: Sequence[tuple[str, str]]) -> list[exp.Table]:
+    """Every listed source a reference may name as DuckDB looks names up: as written with
+    its catalogue; a schema in each catalogue searched, or a catalogue's ``main`` schema;
+    a bare name in each (catalogue, schema) searched, in order. Wider than DuckDB's lookup
+    where unsure: a name more than one could answer to is refused, never guessed."""
+    name, schema = source.args["this"], source.args.get("db")
+    if source.catalog:
+        return [source.copy()]
+    if schema is not None:
+        catalogs = dict.fromkeys(catalog for catalog, _ in search_path)
+        return [
+            *(exp.Table(this=name.copy(), db=schema.copy(), catalog=_quoted(c)) for c in catalogs),
+            exp.Table(this=name.copy(), db=_quoted("main"), catalog=schema.copy()),
+        ]
+    return [
+        exp.Table(this=name.copy(), db=_quoted(db), catalog=_quoted(catalog))
+        for catalog, db in search_path
+    ]
+
+
+def _quoted(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
 def _opened_path(path: str) -> str:
     """A path as the engine opens it: ``~`` expanded, made absolute, and *not* normalised
     as text — ``/proc/self/root/../x`` and ``link/..`` are resolved by the file system, so
@@ -145,6 +169,13 @@ class Catalog:
     tables: frozenset[str] | None = None
     """The identities of every table and view, where known: a name that is none of them is
     refused rather than left to the engine (DuckDB would read a file by that name)."""
+    search_path: tuple[tuple[str, str], ...] = ()
+    """The (catalogue, schema) pairs an unqualified name may be found in, in the engine's
+    order (temporary objects first); empty where the engine's names are taken as written
+    (Spark)."""
+    ambiguous: frozenset[str] = frozenset()
+    """Identities the engine lists more than once (Spark's temporary view and table of one
+    name): a reference to one is refused."""
     views: Mapping[str, str] = field(default_factory=dict)
     """Each view's definition (``CREATE VIEW ...``), by identity."""
     count_rows: Callable[[exp.Query], int] = lambda _: 0
@@ -181,7 +212,41 @@ class Catalog:
         return self.views.get(name)
 
     def identity(self, source: exp.Table) -> str:
-        return identity(source, self.database)
+        """The identity of the source a reference names (``bound``)."""
+        name = identity(self.bound(source), self.database)
+        if name in self.ambiguous:
+            raise UnsupportedQuery(
+                f"{source.name} names more than one table or view: name it with its schema"
+            )
+        return name
+
+    def bound(self, source: exp.Table) -> exp.Table:
+        """The table or view a reference names, fully qualified, by the order the engine
+        looks names up in (``search_path``); the reference itself where that order is not
+        known or it names nothing listed. The generated SQL reads it so, so what runs is
+        what was checked, whatever the engine's own lookup would find. A name two listed
+        sources could answer to is refused: a temporary table ``t`` answered both to ``t``
+        (as DuckDB reads it) and to ``memory.main.t`` (a main table ``t``), so one's
+        declaration governed the other (red team 38)."""
+        if isinstance(source.this, exp.Func) or not self.search_path or self.tables is None:
+            return source
+        named = [
+            table
+            for table in _candidates(source, self.search_path)
+            if identity(table, self.database) in self.tables
+        ]
+        if len({identity(table, self.database) for table in named}) > 1:
+            raise UnsupportedQuery(
+                f"{source.name} names more than one table or view "
+                f"({', '.join(sorted({identity(t, self.database) for t in named}))}): "
+                "name it with its catalogue and schema"
+            )
+        if not named:
+            return source
+        found = source.copy()  # its alias, sample and hints as written
+        found.set("db", named[0].args["db"])
+        found.set("catalog", named[0].args["catalog"])
+        return found
 
     def check_readable(self, source: exp.Table) -> None:
         """Refuse a file reader that reaches a forbidden file, or (``declared_files_only``)

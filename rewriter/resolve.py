@@ -253,7 +253,9 @@ def _existing(table: exp.Table, catalog: Catalog) -> exp.Table:
     declarations of files then govern, and any other unknown name is refused.
     """
     if catalog.identity(table) in catalog.tables:
-        return table
+        bound = catalog.bound(table)  # what runs reads the source that was checked
+        table.replace(bound)
+        return bound
     path = table.name
     if not table.db and table.this.quoted and path.lower().endswith(".parquet"):
         stem = os.path.basename(path).split(".")[0] or "parquet"

@@ -1154,17 +1154,24 @@ def test_a_table_is_declared_once_however_spelt(db: privsql.Session, spelling: s
     ).rule == "privacy-unit"
 
 
-def test_a_name_no_query_reads_by_is_never_declared(tmp_path: Path) -> None:
+def test_a_name_is_declared_as_the_source_queries_read_by_it(tmp_path: Path) -> None:
     """``owned.flights`` (the database's name where a schema goes) is read by DuckDB as the
-    private table, but is another identity: ``public`` accepted it, an entry governing
-    nothing (red team 35). Declarations take only names queries read by."""
+    private table, but was another identity: ``public`` accepted it, an entry governing
+    nothing (red team 35). A name is now the source DuckDB finds under it, in declarations
+    and queries alike; a name that is no listed source is refused."""
     db = privsql.connect(str(tmp_path / "owned.duckdb"), budget=1.0)
-    db._con.execute("CREATE TABLE flights AS SELECT range % 10 AS tailnum FROM range(100)")
+    db._con.execute(
+        "CREATE TABLE flights AS SELECT range % 10 AS tailnum, range AS rid FROM range(100)"
+    )
     db.protect("flights", privacy_unit="tailnum")
     try:
+        with pytest.raises(PrivacyError, match="flights is private"):
+            db.public("owned.flights")
+        caught = refused(db, "SELECT COUNT(*) FROM owned.flights PRIVACY_UNIT rid")
+        assert caught.rule == "privacy-unit"
         for declare in (db.public, lambda n: db.protect(n, privacy_unit="tailnum")):
             with pytest.raises(PrivacyError, match="not a name queries can read"):
-                declare("owned.flights")
+                declare("owned.other.flights")
         assert db.budget.spent == 0
     finally:
         db.close()
@@ -1674,3 +1681,56 @@ def test_a_unit_declared_under_the_former_identity_still_holds(db: privsql.Sessi
     db._ledger.declare("visits.all", Protection("user_id"))
     caught = refused(db, 'SELECT COUNT(*) FROM "Visits.All" PRIVACY_UNIT rating')
     assert caught.rule == "privacy-unit"
+
+
+@pytest.mark.parametrize("declared", ["visits", "temp.main.visits", "main.visits"])
+@pytest.mark.parametrize("spelt", ["visits", "main.visits", "temp.main.visits", "temp.visits"])
+def test_a_temporary_table_is_one_source_however_spelt(
+    db: privsql.Session, declared: str, spelt: str
+) -> None:
+    """A temporary table had two identities — ``temp.main.visits`` and the bare name DuckDB
+    also reads it by — so declaring one spelling left the other undeclared, and a row id
+    as the unit counted one person's 500 rows as 500 people (red team 38)."""
+    db._con.execute(
+        "CREATE TEMP TABLE visits AS SELECT user_id AS uid, row_id AS rid FROM ratings"
+    )
+    db.protect(declared, privacy_unit="uid")
+    caught = refused(db, f"SELECT COUNT(*) FROM {spelt} PRIVACY_UNIT rid BOUND ROWS 1")
+    assert caught.rule == "privacy-unit"
+    assert len(db.sql(f"SELECT COUNT(*) AS n FROM {spelt} PRIVACY_UNIT uid").fetchall()) == 1
+
+
+SHADOWS = [
+    # (how a second table named t comes to be looked up too, the spellings that stay one)
+    ("CREATE TEMP TABLE t AS SELECT note AS s FROM ratings", ["memory.main.t"]),
+    (
+        "CREATE SCHEMA staging; CREATE TABLE staging.t AS SELECT note AS s FROM ratings; "
+        "SET search_path = 'staging,main'",
+        ["memory.main.t", "main.t"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("shadow", "unique"), SHADOWS)
+def test_a_name_two_tables_answer_to_is_refused_never_guessed(
+    db: privsql.Session, shadow: str, unique: list[str]
+) -> None:
+    """With a temporary table ``t`` over a public main table ``t`` (or a private table
+    earlier on the ``search_path``), ``t`` was the public table's identity while DuckDB
+    read the other: its rows came back exactly, free, or as a public key list (red team
+    38). A name more than one table answers to is refused; one naming a table alone is
+    read as that table, in what runs too."""
+    con = db._con
+    con.execute("CREATE TABLE t AS SELECT 'pub' || i AS s FROM range(3) r(i)")
+    db.public("t")
+    con.execute(shadow)
+    for sql in (
+        "SELECT * FROM t",
+        "SELECT t.s AS s, COUNT(*) AS n FROM ratings CROSS JOIN t GROUP BY t.s "
+        "PRIVACY_UNIT user_id BOUND ROWS 3",
+    ):
+        assert refused(db, sql).rule == "unsupported"
+    for name in unique:
+        rows = db.sql(f"SELECT * FROM {name}").fetchall()
+        assert sorted(rows) == [("pub0",), ("pub1",), ("pub2",)]
+    assert db.budget.spent == 0

@@ -143,20 +143,29 @@ AGGREGATIONS = [
 (counts, weights, clipping, per-unit-constant values), so both engines compute them exactly."""
 
 
+def _fixed_stages(db: privsql.Session, query: str):
+    """The query's stages as ``db`` compiles it, BOUND CLIP's threshold fixed at 5 (the one
+    its search would choose)."""
+    query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
+    if query_plan.search is not None:
+        query_plan = query_plan.with_caps(dict.fromkeys(query_plan.search.rules, 5))
+    return stages(query_plan, FUNCTIONS)
+
+
 @pytest.mark.parametrize("query", AGGREGATIONS)
 def test_the_aggregation_part_is_exactly_the_same(spark, data, query):
-    """Every aggregated relation the release reads holds the same numbers on both engines."""
+    """Every aggregated relation the release reads holds the same numbers on both engines,
+    each running its own compilation of the query (DuckDB's names each table in full)."""
     db = _duckdb(data)
-    analysis = analyze(query, db._catalog())
-    query_plan = plan(analysis, epsilon=1.0, delta=1e-6)
-    if query_plan.search is not None:  # BOUND CLIP: fix the threshold its search would choose
-        query_plan = query_plan.with_caps(dict.fromkeys(query_plan.search.rules, 5))
-    parts = stages(query_plan, FUNCTIONS)
+    parts, spark_parts = _fixed_stages(db, query), _fixed_stages(_spark(spark), query)
+    assert parts.outputs == spark_parts.outputs
     for name in parts.outputs:
         statement = parts.output(name)
         parameters = {"privsql_secret": SECRET} if "$privsql_secret" in statement else None
         expected = db._con.execute(statement, parameters).df()
-        found = spark.sql(to_spark(statement), args={"privsql_secret": SECRET}).toPandas()
+        found = spark.sql(
+            to_spark(spark_parts.output(name)), args={"privsql_secret": SECRET}
+        ).toPandas()
         assert list(found.columns) == list(expected.columns)
         columns = list(expected.columns)
         expected = expected.sort_values(columns).reset_index(drop=True).astype(float)
