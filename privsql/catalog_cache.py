@@ -37,7 +37,7 @@ from privsql.footers import file_state
 from privsql.ledger import Ledger, database_path
 from rewriter.analyze import public_sources
 from rewriter.catalog import ENUM, FILE, Catalog, identity, public_type
-from rewriter.errors import InvalidOption, UnsupportedQuery
+from rewriter.errors import InvalidOption, PrivacyError, UnsupportedQuery
 from rewriter.files import FileGroup, Schema, conformed_read, reader_schema
 from rewriter.relations import source_sql
 
@@ -89,6 +89,8 @@ class CatalogCache:
         self._table_columns: dict[str, list[str]] = {}
         self._table_types: dict[str, list[str]] = {}
         self._names_table: dict[str, bool] = {}
+        self._named: dict[str, exp.Table] = {}
+        """Each listed source, fully qualified, by identity."""
         self._groups: dict[str, tuple[FileGroup, ...]] = {}
         """Each file reader's groups as the current catalogue reads them (``_file_reading``),
         for its fingerprint: found again for each catalogue, never kept past it."""
@@ -127,14 +129,33 @@ class CatalogCache:
             read=lambda source: self._read(source, reading),
         )
         if rebuilt:  # a view is public while it reads public tables alone
-            self._catalog = replace(self._catalog, public=public_sources(catalog))
+            public = self._bound_public(public_sources(catalog))
+            self._catalog = replace(self._catalog, public=public)
             self._version = version  # only now: the declared set is not what is public
         return replace(catalog, public=self._catalog.public)
+
+    def _bound_public(self, public: frozenset[str]) -> frozenset[str]:
+        """``public`` without the views the engine binds to any source that is not a public
+        table. The analyser reads a view's names by the session's lookup; DuckDB binds them
+        by the view's own schema first, so a private table made later in that schema, named
+        like the public table the view read, was read as public data: its values released
+        exactly as group keys (red team 39). Checked whenever the catalogue changes."""
+        views = {name for name in public if name in self._catalog.views}
+        tables = public - views
+        bound = set(tables)
+        for name in views:
+            try:
+                self._engine.check_public(exp.select("*").from_(self._named[name].copy()), tables)
+            except PrivacyError:
+                continue
+            bound.add(name)
+        return frozenset(bound)
 
     def _rebuild(self, listing: list[tuple[exp.Table, str | None]]) -> None:
         declared = self._ledger.declarations()
         database = self._template.database
         names = [identity(t, database) for t, _ in listing]
+        self._named = dict(zip(names, (t for t, _ in listing), strict=True))
         self._table_columns = {}
         self._table_types = {}
         self._names_table = {}

@@ -1734,3 +1734,40 @@ def test_a_name_two_tables_answer_to_is_refused_never_guessed(
         rows = db.sql(f"SELECT * FROM {name}").fetchall()
         assert sorted(rows) == [("pub0",), ("pub1",), ("pub2",)]
     assert db.budget.spent == 0
+
+
+def test_a_public_view_is_public_only_while_duckdb_binds_it_to_public_tables(
+    tmp_path: Path,
+) -> None:
+    """DuckDB binds a view's names in the view's own schema first, privsql's analyser by
+    the session's lookup: a private table made later in that schema, named like the
+    public table the view read, left the view public while DuckDB read the private rows —
+    released exactly as group keys, and a join on one guessed value counted every unit
+    (red team 39). Whenever the catalogue changes, a public view is kept public only if
+    DuckDB's own binding of it reads public tables alone."""
+    db = privsql.connect(str(tmp_path / "data.duckdb"), budget=1e6)
+    con = db._con
+    con.execute("CREATE TABLE events AS SELECT * FROM (VALUES (1, 'open day'), (2, 'fair')) "
+                "v(event_id, name)")
+    con.execute("CREATE TABLE visits AS SELECT i AS person_id, i % 7 AS kind FROM range(1000) r(i)")
+    con.execute("CREATE SCHEMA clinic")
+    con.execute("CREATE VIEW clinic.event_list AS SELECT event_id, name FROM events")
+    db.protect("visits", privacy_unit="person_id")
+    db.public("events")
+    db.public("clinic.event_list")
+    assert len(db.sql("SELECT * FROM clinic.event_list").fetchall()) == 2
+    con.execute(f"CREATE TABLE clinic.events AS SELECT 17 AS event_id, '{PLANTED}' AS name, "
+                "4242 AS patient_id")
+    db.protect("clinic.events", privacy_unit="patient_id")
+    assert "public" not in db.describe("clinic.event_list").column("privacy").to_pylist()
+    keyed = db.sql(
+        "SELECT e.name AS name, COUNT(*) AS n FROM visits v JOIN clinic.event_list e "
+        "ON v.kind = e.event_id % 7 GROUP BY e.name PRIVACY_UNIT v.person_id EPSILON 1000"
+    )
+    assert PLANTED not in str(keyed.fetchall())
+    guessed = db.sql(
+        f"SELECT COUNT(*) AS n FROM visits v JOIN clinic.event_list e ON e.name = '{PLANTED}' "
+        "PRIVACY_UNIT v.person_id BOUND ROWS 1 EPSILON 1000"
+    )
+    assert abs(guessed.fetchall()[0][0]) < 50
+    db.close()
