@@ -712,17 +712,27 @@ def _public_column_domain(
 ) -> exp.Query | None:
     if not isinstance(key, exp.Column):
         return None
+    named = {alias: _in_full(t) for alias, t in tables.items()}
     candidates = (
-        [tables[key.table.lower()]] if key.table and key.table.lower() in tables else []
+        [named[key.table.lower()]] if key.table and key.table.lower() in named else []
     ) or [
         t
-        for t in tables.values()
-        if not key.table and key.name.lower() in {c.lower() for c in catalog.columns(t.name)}
+        for t in named.values()
+        if not key.table
+        and key.name.lower() in {c.lower() for c in catalog.columns(t.sql(dialect="duckdb"))}
     ]
     if len(candidates) != 1:
         return None
-    table = exp.table_(candidates[0].name, db=candidates[0].db or None, quoted=True)
-    return exp.select(exp.column(key.name, quoted=True)).distinct().from_(table)
+    return exp.select(exp.column(key.name, quoted=True)).distinct().from_(candidates[0])
+
+
+def _in_full(table: exp.Table) -> exp.Table:
+    """A public source named as the query reads it, catalogue included: named by schema and
+    table alone, its key values were read from whatever table of that name the connection's
+    current database holds — a private one's, released exactly as keys (red team 40)."""
+    return exp.table_(
+        table.name, db=table.db or None, catalog=table.catalog or None, quoted=True
+    )
 
 
 def _typed_values(

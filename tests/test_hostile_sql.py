@@ -1771,3 +1771,37 @@ def test_a_public_view_is_public_only_while_duckdb_binds_it_to_public_tables(
     )
     assert abs(guessed.fetchall()[0][0]) < 50
     db.close()
+
+
+@pytest.mark.parametrize("spelt", ["y2023.responses", "y2023.main.responses"])
+def test_a_public_tables_keys_are_read_from_that_table_in_full(
+    tmp_path: Path, spelt: str
+) -> None:
+    """A public table's key values (its column's distinct values, released as the groups)
+    were read by schema and table name alone: with last year's public ``responses`` in an
+    attached database, the query read this database's private ``responses``, and every
+    unit's private answer came back exactly as a group (red team 40)."""
+    attached = tmp_path / "y2023.duckdb"
+    with duckdb.connect(str(attached)) as old:
+        old.execute("CREATE TABLE responses AS SELECT * FROM (VALUES ('north', 'yes'), "
+                    "('south', 'no')) v(region, answer)")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE responses AS SELECT i AS respondent_id, "
+                f"CASE WHEN i % 2 = 0 THEN 'north' ELSE 'south' END AS region, "
+                f"'{PLANTED}' || i AS answer FROM range(50) t(i)")
+    con.execute(f"ATTACH '{attached}' AS y2023 (READ_ONLY)")
+    db = privsql.connect(con, budget=1e6, seed=4, insecure=True)
+    db.protect("responses", privacy_unit="respondent_id")
+    db.public(spelt)
+    released = db.sql(
+        f"SELECT y.answer AS answer, COUNT(*) AS n FROM responses r JOIN {spelt} y "
+        "ON r.region = y.region GROUP BY y.answer PRIVACY_UNIT respondent_id EPSILON 1"
+    ).fetchall()
+    assert sorted(answer for answer, _ in released) == ["no", "yes"]
+    con.execute("USE y2023")  # the owner works in the other database: nothing changes
+    released = db.sql(
+        "SELECT y.answer AS answer, COUNT(*) AS n FROM memory.main.responses r "
+        "JOIN y2023.main.responses y ON r.region = y.region GROUP BY y.answer "
+        "PRIVACY_UNIT respondent_id EPSILON 1"
+    ).fetchall()
+    assert sorted(answer for answer, _ in released) == ["no", "yes"]
