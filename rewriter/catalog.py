@@ -212,8 +212,14 @@ class Catalog:
         return self.views.get(name)
 
     def identity(self, source: exp.Table) -> str:
-        """The identity of the source a reference names (``bound``)."""
-        name = identity(self.bound(source), self.database)
+        """The identity of the source a reference names (``bound``), found once per name
+        and catalogue (``memo``: the catalogue is made anew when its listing changes)."""
+        if isinstance(source.this, exp.Func):
+            return identity(source, self.database)
+        key = ("identity", source.catalog, source.db, source.name)
+        if key not in self.memo:
+            self.memo[key] = identity(self.bound(source), self.database)
+        name = str(self.memo[key])
         if name in self.ambiguous:
             raise UnsupportedQuery(
                 f"{source.name} names more than one table or view: name it with its schema"
@@ -230,22 +236,22 @@ class Catalog:
         declaration governed the other (red team 38)."""
         if isinstance(source.this, exp.Func) or not self.search_path or self.tables is None:
             return source
-        named = [
-            table
-            for table in _candidates(source, self.search_path)
-            if identity(table, self.database) in self.tables
-        ]
-        if len({identity(table, self.database) for table in named}) > 1:
+        named: dict[str, exp.Table] = {}
+        for table in _candidates(source, self.search_path):
+            name = identity(table, self.database)
+            if name in self.tables:
+                named.setdefault(name, table)
+        if len(named) > 1:
             raise UnsupportedQuery(
                 f"{source.name} names more than one table or view "
-                f"({', '.join(sorted({identity(t, self.database) for t in named}))}): "
-                "name it with its catalogue and schema"
+                f"({', '.join(sorted(named))}): name it with its catalogue and schema"
             )
         if not named:
             return source
+        (table,) = named.values()
         found = source.copy()  # its alias, sample and hints as written
-        found.set("db", named[0].args["db"])
-        found.set("catalog", named[0].args["catalog"])
+        found.set("db", table.args["db"])
+        found.set("catalog", table.args["catalog"])
         return found
 
     def check_readable(self, source: exp.Table) -> None:

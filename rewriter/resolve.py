@@ -252,8 +252,8 @@ def _existing(table: exp.Table, catalog: Catalog) -> exp.Table:
     by a replacement scan: here such a name becomes an explicit reader, which the owner's
     declarations of files then govern, and any other unknown name is refused.
     """
-    if catalog.identity(table) in catalog.tables:
-        bound = catalog.bound(table)  # what runs reads the source that was checked
+    bound = catalog.bound(table)  # what runs reads the source that was checked
+    if catalog.identity(bound) in catalog.tables:
         table.replace(bound)
         return bound
     path = table.name
