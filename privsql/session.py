@@ -70,6 +70,7 @@ from rewriter.plan import (
     CANDIDATES,
     GROUP_COUNTS,
     MAGNITUDES,
+    MEAN_BINS,
     ROW_CANDIDATES,
     ROW_RATIO,
     ROW_WEIGHT_BITS,
@@ -77,6 +78,7 @@ from rewriter.plan import (
     Plan,
     charged_delta,
     group_counts,
+    mean_bin_width,
 )
 from rewriter.temporal import restore_sql
 
@@ -715,8 +717,8 @@ class Session:
         units, exceedances = int(summary[0]), [int(v) for v in summary[1 : width + 1]]
         epsilon = search.epsilon / len(search.rules)
         groups = query_plan.bounding.groups
-        end = len(summary) - len(ROW_CANDIDATES)  # the rank rule's counts come last
-        cells = [int(v) for v in summary[end:]]
+        end = width + 1 + len(ROW_CANDIDATES)  # the rank rule's counts, then the means'
+        cells = [int(v) for v in summary[width + 1 : end]]
         caps, blind = {}, set()
         for rule in search.rules:
             if rule in ("rank", "quantile"):
@@ -729,10 +731,17 @@ class Session:
                     blind.add(rule)
                 continue
             centred = min(m.epsilon for m in query_plan.measurements if m.kind == "centred")
+            block = (width + 1) * MEAN_BINS
             means = [
-                ([int(v) for v in summary[start : start + width + 1]], total.bound)
+                udfs.MeanHistogram(
+                    summary[start : start + block],
+                    summary[start + block : start + 2 * block],
+                    total.bound,
+                    mean_bin_width(total.bound),
+                    MEAN_BINS,
+                )
                 for start, (total, _) in zip(
-                    range(width + 1, end, width + 1), query_plan.mean_sums, strict=True
+                    range(end, len(summary), 2 * block), query_plan.mean_sums, strict=True
                 )
             ]
             caps[rule] = udfs.variance_threshold(

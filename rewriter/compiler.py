@@ -26,6 +26,7 @@ from rewriter.generate import (
     Stages,
     bounds_sql,
     groups_sql,
+    mean_histogram,
     size_summary,
     stages,
     threshold_sql,
@@ -117,16 +118,20 @@ class Compiled:
 
 def threshold_search(query_plan: Plan, sources: Sources | None = None) -> Search:
     """The AUTO caps' search: how many units have a kept cell above each size of
-    ``CANDIDATES`` (and, for EMMMR20's rule, the totals of their mean values), then the
-    rank rule's counts above each size of ``ROW_CANDIDATES``: of kept cells when MAX_GROUPS
-    is above 1, else of units."""
-    totals = len(query_plan.mean_sums)
-    cells = query_plan.bounding.groups > 1
+    ``CANDIDATES``, then the rank rule's counts above each size of ``ROW_CANDIDATES``: of
+    kept cells when MAX_GROUPS is above 1, else of units; then, for each AVG under
+    EMMMR20's rule, its units and the totals of their mean values per size bucket and bin
+    (``mean_histogram``)."""
+    means = len(query_plan.mean_sums)
+    ranked_kind = 1 if query_plan.bounding.groups > 1 else 0
 
     def summary(rows: Sequence[Sequence[object]]) -> tuple[int, ...]:
-        units = size_summary([r[1:] for r in rows if not r[0]], CANDIDATES, totals)
-        ranked = [r[1:3] for r in rows if bool(r[0]) == cells]
-        return units + size_summary(ranked, ROW_CANDIDATES)[1:]
+        units = size_summary([r[1:3] for r in rows if r[0] == 0], CANDIDATES)
+        ranked = size_summary([r[1:3] for r in rows if r[0] == ranked_kind], ROW_CANDIDATES)
+        histograms = (
+            mean_histogram([r[1:] for r in rows if r[0] == 2 + i], CANDIDATES) for i in range(means)
+        )
+        return units + ranked[1:] + tuple(v for pair in histograms for part in pair for v in part)
 
     return Search("threshold", threshold_sql(query_plan, sources), summary, plan=query_plan)
 

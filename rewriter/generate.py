@@ -41,6 +41,7 @@ kept rows) is a bounded summary: at most BUCKETS numbers per group reach the fun
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,7 +52,16 @@ from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.guard import never_raise
 from rewriter.ir import private_rows
-from rewriter.plan import BUCKETS, ROW_WEIGHT_BITS, Measurement, Plan, Statistic, scaled
+from rewriter.plan import (
+    BUCKETS,
+    MEAN_BINS,
+    ROW_WEIGHT_BITS,
+    Measurement,
+    Plan,
+    Statistic,
+    mean_bin_width,
+    scaled,
+)
 from rewriter.sqlbuild import (
     DUCKDB,
     OVER,
@@ -273,12 +283,14 @@ def generate(plan: Plan, functions: Functions) -> str:
 
 
 def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
-    """Rows, one per size of a unit's largest kept cell: ``false``, that number of rows, how
-    many units have it, then, for each AVG under EMMMR20's rule (``Plan.mean_sums``), the
-    total of those units' rounded mean centred values; when MAX_GROUPS is above 1, also one
-    row per size of a kept cell: ``true``, that number of rows and how many cells have it
-    (the rank rule counts cells). ``compiler.threshold_search`` folds them with
-    ``size_summary`` into the counts over each candidate cap.
+    """Rows of (kind, size, number, bin, total). Kind 0, one per size of a unit's largest
+    kept cell: that number of rows and how many units have it. Kind 1 when MAX_GROUPS is
+    above 1, one per size of a kept cell: how many cells have it (the rank rule counts
+    cells). Kind 2 + i for the i-th AVG under EMMMR20's rule (``Plan.mean_sums``), one per
+    size and bin of the units' rounded mean centred value (``MEAN_BINS`` bins of
+    ``mean_bin_width(B)`` from −B, B the mean's bound): how many units and the total of
+    their means. ``compiler.threshold_search`` reads them as counts over each candidate cap
+    and histograms of the means per size bucket.
 
     This is the only input of an AUTO threshold search: per-unit aggregates, never rows.
     Adding or removing a unit moves each unit count by at most one, each cell count by at
@@ -288,6 +300,7 @@ def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
     aggregate per candidate.
     """
     layout = Layout.of(plan)
+    ctes = _common(plan, layout, sources)
     means = [
         named(
             huge(
@@ -305,52 +318,102 @@ def threshold_sql(plan: Plan, sources: Sources | None = None) -> str:
         )
         for i, (centred, count) in enumerate(plan.mean_sums)
     ]
-    totals = [named(total(column(f"__mean{i}")), f"__total{i}") for i in range(len(means))]
-    summary: exp.Query
+    empty = [named(exp.null(), "__bin"), named(exp.null(), "__total")]
     if not layout.keys and not plan.groups_may_exceed_cap and not means:
         # a unit's one cell is its largest: its sizes are read from __chosen without
         # grouping by unit (one aggregate fewer for DuckDB; the same rows)
-        summary = select(
-            [exp.false(), named(column("__rows"), "__size"), named(count_rows(), "__units")],
-            table("__chosen"),
-            group=[column("__rows")],
-        )
+        parts = [
+            select(
+                [
+                    number(0),
+                    named(column("__rows"), "__size"),
+                    named(count_rows(), "__units"),
+                    *empty,
+                ],
+                table("__chosen"),
+                group=[column("__rows")],
+            )
+        ]
     else:
-        largest = select(
-            [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
-            table("__chosen"),
-            group=[column("__unit")],
+        ctes[LARGEST] = render(
+            select(
+                [column("__unit"), named(exp.Max(this=column("__rows")), "__size"), *means],
+                table("__chosen"),
+                group=[column("__unit")],
+            )
         )
-        summary = select(
-            [exp.false(), column("__size"), named(count_rows(), "__units"), *totals],
-            derived(largest),
-            group=[column("__size")],
-        )
+        parts = [
+            select(
+                [number(0), column("__size"), named(count_rows(), "__units"), *empty],
+                table(LARGEST),
+                group=[column("__size")],
+            )
+        ]
+        for i, (centred, _) in enumerate(plan.mean_sums):
+            position = _mean_bin(column(f"__mean{i}"), centred.bound)
+            parts.append(
+                select(
+                    [
+                        number(2 + i),
+                        column("__size"),
+                        count_rows(),
+                        named(position.copy(), "__bin"),
+                        total(column(f"__mean{i}")),
+                    ],
+                    table(LARGEST),
+                    group=[column("__size"), position],
+                )
+            )
     if plan.bounding.groups > 1:
-        nulls = [named(exp.null(), f"__total{i}") for i in range(len(means))]
-        cells = select(
-            [exp.true(), column("__rows"), count_rows(), *nulls],
-            table("__chosen"),
-            group=[column("__rows")],
+        parts.append(
+            select(
+                [number(1), column("__rows"), count_rows(), exp.null(), exp.null()],
+                table("__chosen"),
+                group=[column("__rows")],
+            )
         )
-        summary = union_all([summary, cells])
-    return f"{_with(_common(plan, layout, sources))}\n{render(summary)}"
+    return f"{_with(ctes)}\n{render(union_all(parts))}"
 
 
-def size_summary(
-    rows: Sequence[Sequence[object]], candidates: Sequence[int], totals: int = 0
-) -> tuple[int, ...]:
-    """Rows of (size, units, ``totals`` totals) (``threshold_sql``, ``groups_sql``) as one
-    summary: the number of units, how many have a size above each candidate, then for each
-    total its sum over all units and over the units with a size above each candidate — what
-    one aggregate per candidate (``count(*) FILTER (WHERE size > c)``) would return."""
-    sizes = [(int(row[0]), int(row[1]), [int(t or 0) for t in row[2:]]) for row in rows]
-    summary = [sum(units for _, units, _ in sizes)]
-    summary += [sum(units for size, units, _ in sizes if size > c) for c in candidates]
-    for i in range(totals):
-        summary.append(sum(totals[i] for _, _, totals in sizes))
-        summary += [sum(totals[i] for size, _, totals in sizes if size > c) for c in candidates]
+LARGEST = "__largest"
+"""The threshold search's stage of each unit's largest kept cell and mean values."""
+
+
+def _mean_bin(mean: exp.Column, bound: int) -> exp.Expr:
+    """The bin of a unit's mean centred value in [−bound, bound]: (mean + bound) //
+    width, the last bin holding the top (never negative: the mean is at least −bound)."""
+    shifted = exp.Paren(this=exp.Add(this=mean, expression=number(bound)))
+    return least(
+        exp.IntDiv(this=shifted, expression=number(mean_bin_width(bound))), number(MEAN_BINS - 1)
+    )
+
+
+def size_summary(rows: Sequence[Sequence[object]], candidates: Sequence[int]) -> tuple[int, ...]:
+    """Rows of (size, units) (``threshold_sql``, ``groups_sql``) as one summary: the number
+    of units, then how many have a size above each candidate — what one aggregate per
+    candidate (``count(*) FILTER (WHERE size > c)``) would return."""
+    sizes = [(int(row[0]), int(row[1])) for row in rows]
+    summary = [sum(units for _, units in sizes)]
+    summary += [sum(units for size, units in sizes if size > c) for c in candidates]
     return tuple(summary)
+
+
+def mean_histogram(
+    rows: Sequence[Sequence[object]], candidates: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Rows of (size, units, bin, total) of one AVG (``threshold_sql``, kind 2 + i) as two
+    flat histograms over (size bucket, bin), bucket-major: the units, then the totals of
+    their means. Bucket j holds the sizes in (c_{j−1}, c_j] of ``candidates`` (the last, the
+    sizes above them all), bin k the means in [−B + k·w, −B + (k + 1)·w); a unit whose mean
+    is NULL (no value) is in no bin."""
+    units = [0] * ((len(candidates) + 1) * MEAN_BINS)
+    totals = list(units)
+    for size, count, position, value in rows:
+        if position is not None:
+            cell = bisect_left(candidates, int(size)) * MEAN_BINS + int(position)
+            units[cell] += int(count)
+            totals[cell] += int(value or 0)
+    return tuple(units), tuple(totals)
 
 
 def groups_sql(plan: Plan, sources: Sources | None = None) -> str:

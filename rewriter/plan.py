@@ -105,6 +105,18 @@ CANDIDATES = tuple(sorted({round(1.5**i) for i in range(52)}))
 """Caps MAX_GROUPS AUTO and the v(h) rule consider: a geometric grid (×1.5) from 1 to
 about 10⁹."""
 
+MEAN_BINS = 16
+"""v(h)'s bias term reads the units' mean values (a mean's centred values, grid units, in
+[−B, B]) in this many equal bins of ``mean_bin_width(B)`` from −B up, so that its sums can be
+clamped to a window of bins the data choose (``udfs.variance_threshold``)."""
+
+
+def mean_bin_width(bound: int) -> int:
+    """The width of v(h)'s mean bins for a mean bounded by ``bound`` (grid units): the
+    ``MEAN_BINS`` bins from −bound cover [−bound, bound]."""
+    return max(1, -(-2 * bound // MEAN_BINS))
+
+
 ROW_RATIO = 2**0.25
 """The ratio of the rank rule's grid of row caps."""
 

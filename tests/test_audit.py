@@ -44,13 +44,17 @@ from rewriter.plan import (
     EXCESS_PART,
     GROUPS_SHARE,
     MAGNITUDES,
+    MEAN_BINS,
+    ROW_CANDIDATES,
     ROW_WEIGHT_BITS,
     Plan,
     bounds_search,
+    mean_bin_width,
     plan,
 )
 from udfs.quantile import _private_reach, _Ranks, interval_margin
 from udfs.threshold import TWO_SIDED_FROM
+from udfs.unit_means import WINDOW_SHARE
 from udfs.weakening import weaken_noise_for_tests
 
 WEAKENED = 1.5
@@ -510,39 +514,63 @@ def test_row_weights_search(extremes, weaken, aggregate):
 
 
 @pytest.mark.parametrize("weaken", [False, True], ids=["shipped", "weakened"])
-def test_variance_rule_histograms(visits, weaken):
-    """The private part of the WEIGHTS AUTO cap for AVG (udfs.noisy_histograms: a Laplace
-    histogram of largest cell sizes and one of the units' mean values, ε_auto/2 each) on
-    the ordinary neighbours is ε_auto-DP; the minimisation after it is post-processing.
-    The extreme unit lands in one size bucket and adds its mean, the bound, to the same
-    bucket of the mean sums: the audit reads that bucket's count plus its mean sum over the
-    bound, whose two equally scaled noises make the tail ratio exactly e^ε_auto."""
+@pytest.mark.parametrize("part", ["sizes", "window", "sums"])
+def test_variance_rule_histograms(visits, part, weaken):
+    """The private part of the WEIGHTS AUTO cap for AVG (udfs.noisy_histograms) on the
+    ordinary neighbours, one release at a time at its own ε (sequential composition; the
+    minimisation after them is post-processing): the Laplace histogram of largest cell
+    sizes at ε_auto/2, the AVG's noisy bins of the units' means at a quarter of the other
+    half (udfs.noisy_mean_bins) and its sums of clamped means per size bucket at the rest
+    (udfs.clamped_mean_sums, in the window the bins set on D). The extreme unit lands in
+    one size bucket and one bin, and its mean, B, is beyond the window's edge:
+    each audited cell moves by exactly its release's sensitivity."""
     con, db = visits
-    sql = f"SELECT AVG({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 20"
+    sql = f"SELECT AVG({CLAMP}) FROM visits PRIVACY_UNIT uid BOUND AUTO EPSILON 80"
     query_plan = plan(analyze(sql, db._catalog()), epsilon=1.0, delta=1e-6)
     search = query_plan.search
     assert search.rules == ("variance",)
     width = len(CANDIDATES)
     [(total, _)] = query_plan.mean_sums
+    block = (width + 1) * MEAN_BINS
 
     def read(c, p) -> tuple:
         summary = [int(v) for v in db._threshold_summary(p)]
-        return summary[0], summary[1 : width + 1], [(summary[width + 1 :], total.bound)]
+        start = width + 1 + len(ROW_CANDIDATES)
+        means = udfs.MeanHistogram(
+            summary[start : start + block],
+            summary[start + block : start + 2 * block],
+            total.bound,
+            mean_bin_width(total.bound),
+            MEAN_BINS,
+        )
+        return summary[0], summary[1 : width + 1], means
 
     summaries = on_neighbours(con, query_plan, read)
     bucket = next(i for i, c in enumerate(CANDIDATES) if c >= 10_000)  # 10⁴ rows: (c_{i−1}, c_i]
+    half = Fraction(search.epsilon) / 2
+    epsilon = {"sizes": half, "window": half * WINDOW_SHARE, "sums": half * (1 - WINDOW_SHARE)}
+    per_bin = [
+        [sum(means.units[k::MEAN_BINS]) for k in range(MEAN_BINS)] for _, _, means in summaries
+    ]
+    [landed] = [k for k in range(MEAN_BINS) if per_bin[1][k] != per_bin[0][k]]
+    window = udfs.mean_window(per_bin[0], Fraction(10**6))  # D's exact window: public here
+    assert not window[0] <= landed < window[1] and window[1] - window[0] < MEAN_BINS
+    rng = udfs.SeededRandom(zlib.crc32(f"variance-rule-{part}".encode()), insecure=True)
+
+    def release(units: int, exceedances: list, means: udfs.MeanHistogram) -> float:
+        if part == "sizes":
+            counts, _ = udfs.noisy_histograms(units, exceedances, [means], 2 * half, rng)
+            return counts[bucket]
+        if part == "window":
+            return udfs.noisy_mean_bins(means, epsilon[part], rng)[landed]
+        sums = udfs.clamped_mean_sums(means, window, epsilon[part], rng)
+        return sums.sums[bucket] / sums.reach
 
     def sample(neighbour: bool, n: int) -> list[float]:
-        units, exceedances, means = summaries[neighbour]
-        out = []
-        for _ in range(n):
-            counts, [sums] = udfs.noisy_histograms(units, exceedances, means, search.epsilon, rng)
-            out.append(counts[bucket] + sums[bucket] / total.bound)
-        return out
+        return [release(*summaries[neighbour]) for _ in range(n)]
 
-    rng = udfs.SeededRandom(zlib.crc32(b"variance-rule"), insecure=True)
     with noise(weaken):
-        check(audit(sample, search.epsilon, samples=30_000, selection_samples=4_000), weaken)
+        check(audit(sample, float(epsilon[part]), samples=30_000, selection_samples=4_000), weaken)
 
 
 @pytest.mark.slow

@@ -23,7 +23,14 @@ from rewriter.analyze import analyze
 from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
 from rewriter.generate import bounds_sql, generate
-from rewriter.plan import CANDIDATES, MAGNITUDES, ROW_CANDIDATES, ROW_WEIGHT_BITS, plan
+from rewriter.plan import (
+    CANDIDATES,
+    MAGNITUDES,
+    MEAN_BINS,
+    ROW_CANDIDATES,
+    ROW_WEIGHT_BITS,
+    plan,
+)
 from udfs.threshold import magnitude_histogram
 
 stats = pytest.importorskip("scipy.stats")
@@ -192,16 +199,22 @@ def test_auto_summaries_move_by_at_most_one_per_unit(neighbours, bound):
     after = after[: estimated // 2] + after[estimated:]  # the counts, without the weights
     before = before[: estimated // 2] + before[estimated:]
     moved = [abs(a - b) for a, b in zip(after, before, strict=True)]
-    # With MAX_GROUPS m > 1 the rank rule's counts of kept cells come last: a unit has at
+    # The bounds' counts of units, then the counts of units above each candidate, move by
+    # at most one.
+    width = estimated // 2 + len(CANDIDATES) + 1
+    assert max(moved[:width]) == 1
+    # With MAX_GROUPS m > 1 the rank rule's counts of kept cells come next: a unit has at
     # most m kept cells, so each moves by at most m (here exactly: the unit fills m cells).
     groups = query_plan.bounding.groups
     assert groups == 2
-    assert max(moved[-len(ROW_CANDIDATES) :]) == groups
-    moved = moved[: -len(ROW_CANDIDATES)]
-    # Under BOUND AUTO each AVG's totals of units' mean values come last (v(h)'s bias
-    # term): they move by at most the mean's bound, here exactly (the unit's mean is −B).
-    width = len(CANDIDATES) + 1
-    counts = len(moved) - width * len(query_plan.mean_sums)
-    assert max(moved[:counts]) == 1
+    ranked = width + len(ROW_CANDIDATES)
+    assert max(moved[width:ranked]) == groups
+    # Under BOUND AUTO each AVG's units and totals of mean values per size bucket and bin
+    # come last (v(h)'s bias term): the unit is in one cell, so the units move by one in
+    # L1 and the totals by at most the mean's bound, here exactly (the unit's mean is −B).
+    block = (len(CANDIDATES) + 1) * MEAN_BINS
+    assert len(moved) == ranked + 2 * block * len(query_plan.mean_sums)
     for i, (total, _) in enumerate(query_plan.mean_sums):
-        assert max(moved[counts + i * width : counts + (i + 1) * width]) == total.bound
+        start = ranked + 2 * i * block
+        assert sum(moved[start : start + block]) == 1
+        assert sum(moved[start + block : start + 2 * block]) == total.bound

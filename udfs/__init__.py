@@ -37,12 +37,20 @@ from udfs.threshold import (
     rank_threshold,
     variance_threshold,
 )
+from udfs.unit_means import (
+    MeanHistogram,
+    clamped_mean_sums,
+    mean_window,
+    noisy_mean_bins,
+    noisy_mean_sums,
+)
 
 __all__ = [
     "HUGEINT_MAX",
     "HUGEINT_MIN",
     "INTERVAL_ALPHA",
     "QUANTILE_FIELDS",
+    "MeanHistogram",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
@@ -51,11 +59,15 @@ __all__ = [
     "balanced_bounds",
     "bernoulli_exp",
     "bulk_top",
+    "clamped_mean_sums",
     "keep_partitions",
     "laplace_halfwidth",
     "laplace_release",
     "magnitude_bounds",
+    "mean_window",
     "noisy_histograms",
+    "noisy_mean_bins",
+    "noisy_mean_sums",
     "noisy_row_weights",
     "partition_threshold",
     "permute_and_flip",

@@ -22,6 +22,7 @@ from udfs.laplace import laplace_release
 from udfs.quantile import INTERVAL_ALPHA, rank_error_bound, reach_ladder
 from udfs.random import RandomSource
 from udfs.selection import permute_and_flip_scaled
+from udfs.unit_means import ClampedSums, MeanHistogram, noisy_mean_sums
 
 PRIOR_SPAN = 16
 """Steps of ×1.5 (1.5^16 ≈ 650×) over which the rank rule's prior may spend at most a
@@ -406,31 +407,22 @@ def size_histogram(units: int, exceedances: Sequence[int]) -> list[int]:
 def noisy_histograms(
     units: int,
     exceedances: Sequence[int],
-    means: Sequence[tuple[Sequence[int], int]],
+    means: Sequence[MeanHistogram],
     epsilon: float,
     rng: RandomSource,
-) -> tuple[list[int], list[list[int]]]:
+) -> tuple[list[int], list[ClampedSums]]:
     """The private part of :func:`variance_threshold`: the units per largest-cell size
-    bucket and, for each AVG, the sums of its units' mean centred values per bucket, with
-    discrete Laplace noise.
+    bucket and, for each AVG, the sums of its units' mean values per bucket, clamped to a
+    window the data choose (``udfs.noisy_mean_sums``), with discrete Laplace noise.
 
     Privacy map: ε-DP. The size histogram has L1 sensitivity 1 (a unit is in one bucket)
-    and gets ε/2, or all of ε when ``means`` is empty; each AVG's histogram of mean sums
-    has L1 sensitivity its bound (a unit's mean, in one bucket, is at most the bound in
-    magnitude) and gets an equal part of the other ε/2. Sequential composition.
+    and gets ε/2, or all of ε when ``means`` is empty; each AVG's ``noisy_mean_sums`` is
+    ε-DP at an equal part of the other ε/2. Sequential composition.
     """
     total = Fraction(epsilon)
     size_epsilon = total / 2 if means else total
     counts = laplace_release(size_histogram(units, exceedances), 1, size_epsilon, rng)
-    sums = [
-        laplace_release(
-            size_histogram(above[0], above[1:]),
-            max(bound, 1),  # bounds low = high: every total is 0, and noise at 1 still holds
-            (total - size_epsilon) / len(means),
-            rng,
-        )
-        for above, bound in means
-    ]
+    sums = [noisy_mean_sums(m, (total - size_epsilon) / len(means), rng) for m in means]
     return counts, sums
 
 
@@ -442,7 +434,7 @@ def variance_threshold(
     candidates: Sequence[int],
     units: int,
     exceedances: Sequence[int],
-    means: Sequence[tuple[Sequence[int], int]],
+    means: Sequence[MeanHistogram],
     half_range: float,
     measure_epsilon: float,
     epsilon: float,
@@ -460,14 +452,16 @@ def variance_threshold(
     bias(h) = Σ_q min(h, s_q)·m_q / Σ_q min(h, s_q) − Σ_q s_q·m_q / Σ_q s_q, m_q a unit's
     mean value. The sizes and means are private: v and the bias are evaluated on a
     Laplace-noised histogram of the units' largest cell sizes (each bucket at its upper
-    end, counts below the noise's reach taken as 0, with their sums) and, for each AVG, a
-    Laplace-noised histogram of the sums of its units' mean centred values over the same
-    buckets. σ² is taken as B²/3, the variance of a uniform value on [−B, B].
+    end, counts below the noise's reach taken as 0, with their sums) and, for each AVG,
+    Laplace-noised sums of its units' mean values over the same buckets, clamped to the
+    window where the means lie (``udfs.noisy_mean_sums``; the bias is unchanged by taking
+    the means less a constant, as the shifts below sum to 0, so they are taken less the
+    window's centre). σ² is taken as B²/3, the variance of a uniform value on [−B, B].
     ``noise_factor`` = G·m² carries the query's shape over to one group's mean: G released
     groups share the units, and one unit's weight reaches m of them, so each group's noise
-    is m·h·B/ε on a count of about n_h/G. ``means`` holds, per AVG, the total of its units'
-    means then the totals over units with a cell above each candidate, and the bound on a
-    unit's mean (grid units); the AVGs' biases are added in units of the widest range.
+    is m·h·B/ε on a count of about n_h/G. ``means`` holds, per AVG, its units and the
+    totals of their means per size bucket and bin (``MeanHistogram``); the AVGs' biases
+    are added in units of the widest range.
 
     The bias enters as an upper confidence bound, |bias estimate| + 2 sd (the estimate is
     linear in the noisy mean sums, whose noise scales are public): where the data cannot
@@ -479,7 +473,6 @@ def variance_threshold(
     """
     counts, noisy_sums = noisy_histograms(units, exceedances, means, epsilon, rng)
     size_epsilon = Fraction(epsilon) / 2 if means else Fraction(epsilon)
-    value_epsilon = size_epsilon / max(1, len(means))  # each AVG's part of the other half
     sizes = [*candidates, candidates[-1] * 2]
     # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
     # count is taken as empty, so noise in the many empty buckets of large sizes does not
@@ -494,19 +487,20 @@ def variance_threshold(
     buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
     spread = half_range**2 / 3
     sums = [
-        ([m if k else 0 for m, k in zip(noisy, kept, strict=True)], bound)
-        for noisy, (_, bound) in zip(noisy_sums, means, strict=True)
+        ([m if k else 0 for m, k in zip(noisy.sums, kept, strict=True)], noisy, histogram.bound)
+        for noisy, histogram in zip(noisy_sums, means, strict=True)
     ]
 
-    def bias_bound(h: int, mean_sums: Sequence[int], bound: int) -> float:
+    def bias_bound(h: int, mean_sums: Sequence[int], noisy: ClampedSums, bound: int) -> float:
         """|bias(h)| + 2 sd, relative to the mean's bound: the bias estimate is a linear
-        combination Σ a_q·M_q of the noisy mean sums, each with variance 2(bound/ε_v)²."""
+        combination Σ a_q·M_q/2 of the noisy doubled clamped mean sums, each with variance
+        2(reach/ε)² (``ClampedSums``)."""
         weight = sum(n * min(h, s) for s, n in buckets)
         whole = sum(n * s for s, n in buckets)
         shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]
-        bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / bound
-        deviation = math.sqrt(2 * sum(a * a for a in shifts)) / float(value_epsilon)
-        return abs(bias) + BIAS_DEVIATIONS * deviation
+        bias = sum(a * m for a, m in zip(shifts, mean_sums, strict=True)) / 2
+        deviation = math.sqrt(2 * sum(a * a for a in shifts)) * noisy.reach / 2
+        return (abs(bias) + BIAS_DEVIATIONS * deviation / float(noisy.epsilon)) / bound
 
     def error(h: int) -> float:
         kept_weight = sum(n * min(h, s) for s, n in buckets)
@@ -514,7 +508,7 @@ def variance_threshold(
             return float("inf")
         sampling = sum(n * min(h, s) ** 2 / s for s, n in buckets)
         noise = 2 * noise_factor * (h * half_range / measure_epsilon) ** 2
-        bias = sum((half_range * bias_bound(h, m, bound)) ** 2 for m, bound in sums)
+        bias = sum((half_range * bias_bound(h, *parts)) ** 2 for parts in sums)
         return (spread * sampling + noise) / kept_weight**2 + bias
 
     return min(candidates, key=error)
