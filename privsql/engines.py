@@ -196,7 +196,24 @@ def _set_disabled_optimizers(connection: duckdb.DuckDBPyConnection, names: str) 
 
 
 def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
-    return {SECRET: secret} if f"${SECRET}" in statement else None
+    """The secret as the statement's named parameter, when it names one: DuckDB refuses a
+    parameter the statement does not name, and the text ``$privsql_secret`` may be inside
+    a string or a quoted name the analyst wrote (red team 41), so the parameter is found
+    as DuckDB's tokenizer reads the statement: a ``$`` operator followed by the name."""
+    marker = f"${SECRET}"
+    found = statement.find(marker)
+    if found < 0:
+        return None
+    operators = {
+        offset for offset, kind in duckdb.tokenize(statement) if kind == duckdb.token_type.operator
+    }
+    while found >= 0:
+        end = found + len(marker)
+        following = statement[end : end + 1]
+        if found in operators and not (following.isalnum() or following == "_"):
+            return {SECRET: secret}
+        found = statement.find(marker, end)
+    return None
 
 
 _LOOKUP = "current_setting('search_path'), current_database(), current_schema()"

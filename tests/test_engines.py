@@ -194,3 +194,20 @@ def test_a_failed_rollback_does_not_replace_the_withheld_error() -> None:
         DuckDBEngine(connection).private(work)
     assert planted not in str(failed.value)
     assert failed.value.__context__ is None and failed.value.__cause__ is None
+
+
+@pytest.mark.parametrize("bound", ["BOUND ROWS 2", "BOUND WEIGHTS 2"])
+def test_text_that_spells_the_secret_parameter_is_text(db, bound):
+    """Red team 41: a string literal or an output name holding ``$privsql_secret`` made every
+    private statement fail to bind (the secret was passed as a parameter the statement did
+    not name, or the text was taken for it). Such text is the analyst's data: the query
+    answers, under ROWS (whose ranking does name the secret) and WEIGHTS (which does not),
+    exactly as with any other string."""
+    spelt = [
+        f"SELECT COUNT(*) AS n FROM t WHERE s <> '{text}' PRIVACY_UNIT uid {bound} EPSILON 10"
+        for text in ("$privsql_secret", "x$privsql_secretX", "plain")
+    ]
+    spelt.append(f'SELECT COUNT(*) AS "$privsql_secret" FROM t PRIVACY_UNIT uid {bound} EPSILON 10')
+    for query in spelt:
+        [(count,)] = db.sql(query).fetchall()
+        assert abs(count - 100) < 40  # 50 units of 2 rows each, ± noise at ε = 10
