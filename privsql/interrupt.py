@@ -39,6 +39,8 @@ class PublicStatement:
         self._interrupt: Callable[[], None] | None = None
         self._started: float | None = None
         self._reason: str | None = None
+        self._asked = False
+        self._pending: str | None = None
 
     @property
     def started(self) -> float | None:
@@ -49,10 +51,15 @@ class PublicStatement:
     def running(self, interrupt: Callable[[], None]) -> Iterator[None]:
         """The body runs one public statement, which ``interrupt()`` stops (the engine's
         connection's). An error raised after an interruption is raised as ``QueryCanceled``
-        with its reason; an interruption that comes as the statement ends changes nothing
-        (DuckDB forgets an interrupt that finds no statement running)."""
+        with its reason, as is one kept for it (``request``) before it starts; an
+        interruption that comes as the statement ends changes nothing (DuckDB forgets an
+        interrupt that finds no statement running)."""
         with self._lock:
-            self._interrupt, self._started, self._reason = interrupt, time.monotonic(), None
+            pending, self._pending = self._pending, None
+            if pending is None:
+                self._interrupt, self._started, self._reason = interrupt, time.monotonic(), None
+        if pending is not None:
+            raise QueryCanceled(pending)
         try:
             yield
         except Exception:
@@ -65,9 +72,27 @@ class PublicStatement:
             with self._lock:
                 self._interrupt, self._started, self._reason = None, None, None
 
-    def interrupt(self, reason: str) -> bool:
-        """Interrupt the statement running, if one is (and was not interrupted already)."""
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """The body answers one client request (a server's). PostgreSQL cancels a request
+        wherever it is: an interruption that comes while none of its statements over public
+        data runs yet (the query is still parsed and analysed) is kept, and cuts the first
+        that starts; the request's end forgets it, so it never reaches the next one."""
         with self._lock:
+            self._asked, self._pending = True, None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._asked, self._pending = False, None
+
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt the statement running, if one is (and was not interrupted already), or,
+        inside a ``request`` where none runs yet, the first to start."""
+        with self._lock:
+            if self._interrupt is None and self._asked and self._pending is None:
+                self._pending = reason
+                return True
             if self._interrupt is None or self._reason is not None:
                 return False
             self._reason = reason

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import privsql.server
+import privsql.session
 from privsql import admin
 from privsql.engines import DuckDBEngine
 from privsql.server import wire
@@ -154,6 +155,34 @@ def test_psycopg_cancels_a_public_query(database):
         assert [type(e) for e in outcome] == [psycopg.errors.QueryCanceled]
         assert connection.execute(AIRLINES).fetchall() == [(16,)]
         connection.close()
+
+
+def test_a_cancel_request_while_the_query_is_analysed_cuts_it_as_it_starts(database, monkeypatch):
+    """A cancel request that comes while the query is still being analysed (slowed down
+    here) cuts its statement as it starts: before, it found no statement running and was
+    lost, and the statement ran on (no time limit here). The request's end forgets it: the
+    next query answers."""
+    analyze = privsql.session.analyze
+    analysing = threading.Event()
+
+    def slow(query: str, *args, **kwargs):
+        if "range(" in query:
+            analysing.set()
+            time.sleep(1.5)
+        return analyze(query, *args, **kwargs)
+
+    monkeypatch.setattr(privsql.session, "analyze", slow)
+    with serving(database, None) as server:
+        client, process, secret = signed_in(server)
+        client.send(b"Q", ENDLESS.encode() + b"\x00")
+        assert analysing.wait(BOUND)
+        cancel(server, process, secret)
+        started = time.monotonic()
+        found = error(client.until_ready())
+        assert time.monotonic() - started < BOUND
+        assert found[b"C"] == "57014" and "user request" in found[b"M"]
+        assert [kind for kind, _ in client.query(AIRLINES)] == [b"T", b"D", b"N", b"C", b"Z"]
+        client.close()
 
 
 def test_a_private_query_runs_to_its_charge_through_cancel_requests(database, monkeypatch):

@@ -334,7 +334,8 @@ class ClientSession(WireSession):
     def _private(self, text: str) -> Answer:
         assert self._session is not None
         try:
-            result = self._session.sql(text)
+            with self._session.public_statement.request():
+                result = self._session.sql(text)
         except PrivacyError as error:
             raise Refusal(sqlstate.sqlstate(error), str(error)) from None
         except Exception:
