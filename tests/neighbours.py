@@ -15,8 +15,9 @@ from contextlib import contextmanager
 import duckdb
 from exact_release import IDENTITY
 
-from rewriter.generate import generate
+from rewriter.generate import EXCESS, generate
 from rewriter.plan import Plan
+from rewriter.sqlbuild import level
 
 SECRET = {"privsql_secret": 99}
 
@@ -26,6 +27,18 @@ def stage(con: duckdb.DuckDBPyConnection, plan: Plan, name: str = "__released") 
     head, _ = generate(plan, IDENTITY).rsplit("\n", 1)
     parameters = SECRET if "$privsql_secret" in head else None
     return con.execute(f"{head}\nSELECT * FROM {name} ORDER BY ALL", parameters).fetchall()
+
+
+def excess(con: duckdb.DuckDBPyConnection, plan: Plan) -> tuple[int, ...]:
+    """The exact rows-cut totals, one per row cap, that the check's release function is
+    given: read from ``__released`` with the identity release functions (every group's row
+    carries the same), wherever the statement computes them (the ``__excess`` stage, or,
+    without group keys, ``__groups``'s one aggregate)."""
+    names = ", ".join(level(EXCESS, i) for i in range(plan.cut_levels))
+    head, _ = generate(plan, IDENTITY).rsplit("\n", 1)
+    parameters = SECRET if "$privsql_secret" in head else None
+    (row,) = con.execute(f"{head}\nSELECT DISTINCT {names} FROM __released", parameters).fetchall()
+    return tuple(int(v) for v in row)
 
 
 def measurements(con: duckdb.DuckDBPyConnection, plan: Plan) -> dict[str, list[int]]:

@@ -36,7 +36,7 @@ import privsql
 import udfs
 from privsql.session import GROUP_COUNTS
 from rewriter.analyze import analyze
-from rewriter.generate import EXCESS, EXCESS_SCALE, bounds_sql, groups_sql, size_summary
+from rewriter.generate import EXCESS_SCALE, bounds_sql, groups_sql, size_summary
 from rewriter.plan import (
     BUCKETS,
     CANDIDATES,
@@ -872,8 +872,7 @@ def test_rows_cut_over_all_groups(visits, case, weaken):
     assert levels * query_plan.level_excess_epsilon == pytest.approx(query_plan.excess_epsilon)
 
     def totals(c: duckdb.DuckDBPyConnection) -> tuple[int, ...]:
-        (row,) = neighbours.stage(c, query_plan, EXCESS)
-        return tuple(int(v) for v in row)
+        return neighbours.excess(c, query_plan)
 
     before = totals(con)
     with neighbours.with_rows(con, SPREAD.format(groups=2)):

@@ -23,7 +23,7 @@ import privsql
 from privsql.accuracy import bounding_checks, half_widths
 from privsql.result import Result
 from rewriter.analyze import analyze
-from rewriter.generate import CUT_SUPPORT, EXCESS, EXCESS_SCALE, EXCESS_SUPPORT
+from rewriter.generate import CUT_SUPPORT, EXCESS_SCALE, EXCESS_SUPPORT
 from rewriter.plan import Plan, plan
 from rewriter.sqlbuild import level
 
@@ -72,12 +72,13 @@ def _exact_excess(rows: str, queries: list[tuple[str, dict | None]]) -> list[int
     """The exact ``__excess`` of each (query, public keys) over ``t AS <rows>``, unit ``uid``."""
     con = duckdb.connect()
     con.execute(f"CREATE TABLE t AS {rows}")
+    install(con)
     db = privsql.connect(con, seed=1, insecure=True)
     db.protect("t", privacy_unit="uid")
     found = []
     for sql, keys in queries:
         query_plan = plan(analyze(sql, db._catalog(), keys), epsilon=1, delta=0.0)
-        ((excess,),) = neighbours.stage(con, query_plan, EXCESS)
+        (excess,) = neighbours.excess(con, query_plan)
         found.append(excess)
     db.close()
     return found
@@ -147,9 +148,7 @@ def test_each_row_cap_counts_what_it_cut():
     scale = EXCESS_SCALE
     for keyed in (True, False):
         query_plan = _two_caps(db, keyed)
-        assert neighbours.stage(con, query_plan, EXCESS) == [
-            (2 * scale + scale // 3, scale + scale // 5)
-        ]
+        assert neighbours.excess(con, query_plan) == (2 * scale + scale // 3, scale + scale // 5)
         (row,) = neighbours.stage(con, query_plan)
         first = len(query_plan.analysis.keys) + len(query_plan.measurements)
         assert row[first : first + 2] == (3, 2)
