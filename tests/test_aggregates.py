@@ -96,10 +96,12 @@ def test_a_plan_follows_its_strategys_spec(db, name):
 
 
 def _exact_groups(db, query: str) -> list[tuple]:
-    """The exact per-group measurements (``__groups``) of a query's generated statement."""
+    """The exact per-group measurements (``__groups``, without the bounding check's
+    columns) of a query's generated statement."""
     query_plan = plan(analyze(query, db._catalog()), epsilon=1.0, delta=1e-6)
     parts = stages(query_plan, Functions("noise", "keep", "quantile"))
-    statement = f"SELECT * EXCLUDE (__cut) FROM ({parts.output('__groups')})"
+    measured = "COLUMNS(lambda c: c NOT IN ('__cut', '__excess'))"
+    statement = f"SELECT {measured} FROM ({parts.output('__groups')})"
     secret = {"privsql_secret": 7} if "$privsql_secret" in statement else None
     return db._con.execute(statement, secret).fetchall()
 
