@@ -22,7 +22,7 @@ import udfs
 from rewriter.analyze import analyze
 from rewriter.compiler import threshold_search
 from rewriter.dialect import to_sql
-from rewriter.generate import EXCESS, bounds_sql, generate, stages
+from rewriter.generate import EXCESS, EXCESS_SCALE, bounds_sql, generate, stages
 from rewriter.plan import (
     CANDIDATES,
     MAGNITUDES,
@@ -241,10 +241,11 @@ keeps other rows once a key is in their hash: not comparable so.)"""
 def test_without_group_keys_the_release_is_one_listed_groups(select, bound, caps, one_aggregate):
     """Without group keys a query's exact released values (measurements, each row cap's
     count of cut cells and rows cut) are those of the same query grouped by a listed key
-    every row has: that form bounds through ``__bounded`` and counts the rows cut per unit
-    in ``__excess``, as every query without keys did before ``__groups`` became one
-    aggregate over ``__chosen`` (no ``__bounded`` nor ``__excess`` stage) for the bounding
-    strategies that read each cell's row of ``__chosen`` alone."""
+    every row has, whose rows cut are summed per unit in an ``__excess`` stage — where
+    ``__groups`` is one aggregate over ``__chosen`` (no ``__bounded`` nor ``__excess``
+    stage) for the bounding strategies that read each cell's row of ``__chosen`` alone —
+    and the check's are the definition's: per row cap c, the units of more than c rows,
+    and their rows beyond c in 1/EXCESS_SCALE steps of c, at most EXCESS_SCALE each."""
     con = duckdb.connect()
     con.execute("SELECT setseed(0.5)").fetchall()
     con.execute(
@@ -252,6 +253,7 @@ def test_without_group_keys_the_release_is_one_listed_groups(select, bound, caps
         "CASE WHEN range % 11 = 0 THEN NULL ELSE random() * 100 END AS v FROM range(2000)"
     )
     install(con)
+    sizes = [n for (n,) in con.execute("SELECT count(*) FROM t GROUP BY uid").fetchall()]
     db = privsql.connect(con, seed=1, insecure=True)
     db.protect("t", privacy_unit="uid")
     released = []
@@ -263,11 +265,18 @@ def test_without_group_keys_the_release_is_one_listed_groups(select, bound, caps
         if listed is None:
             folded = "__bounded" not in parts.aggregation and EXCESS not in parts.aggregation
             assert folded == one_aggregate
+        else:  # rows cut summed per unit (none without a row cap: COUNT(DISTINCT) alone)
+            assert (EXCESS in parts.aggregation) == bool(query_plan.cut_caps)
         statement = _released_only(parts.statement())
         secret = {"privsql_secret": 99} if "$privsql_secret" in statement else None
         (row,) = con.execute(statement, secret).fetchall()
         released.append(row[len(query_plan.analysis.keys) :])
     assert released[0] == released[1]
-    checked = released[0][len(query_plan.measurements) :]  # cut cells and rows, per row cap
-    assert all(checked) if query_plan.cut_caps else not any(checked)  # no cap: COUNT(DISTINCT)
+    checked = released[0][len(query_plan.measurements) :]  # cut cells, then rows, per row cap
+    cut_caps = query_plan.cut_caps
+    cut = [sum(n > c for n in sizes) for c in cut_caps]
+    scale = EXCESS_SCALE
+    excess = [sum(min(scale, (n - c) * scale // c) for n in sizes if n > c) for c in cut_caps]
+    assert checked == ((*cut, *excess) if cut_caps else (0,))  # no cap: COUNT(DISTINCT)
+    assert all(checked) == bool(cut_caps)
     db.close()
