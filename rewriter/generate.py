@@ -728,24 +728,38 @@ def _excess(plan: Plan, layout: Layout) -> exp.Query:
 
     Without group keys a unit has one cell, and nothing is dropped: its rows cut are those
     of its cell of ``__chosen`` beyond the cap, read there with no grouping by unit (one
-    aggregate fewer for DuckDB; the same numbers)."""
+    aggregate fewer for DuckDB; the same numbers). With keys that no group cap can drop,
+    its kept cells over the smallest cap are read from ``__chosen`` alone (no union with
+    dropped cells, no flag telling them apart: about 0.15 ms of a 100-row release)."""
     caps = plan.cut_caps
     excess = [level(EXCESS, i) for i in range(len(caps))]
     if not layout.keys and not plan.groups_may_exceed_cap:
         return select(_excess_of_cells(plan), table("__chosen"))
-    lost = [
-        exp.If(
-            this=column("__chosen", "c"),
-            true=_beyond(column("__rows", "c"), cap, i),
-            false=column("__rows", "c"),
+    units: exp.Select
+    if plan.groups_may_exceed_cap:
+        lost = [
+            exp.If(
+                this=column("__chosen", "c"),
+                true=_beyond(column("__rows", "c"), cap, i),
+                false=column("__rows", "c"),
+            )
+            for i, cap in enumerate(caps)
+        ]
+        units = select(
+            [named(total(huge(x)), level("__lost", i)) for i, x in enumerate(lost)],
+            _trimmed(plan, layout, caps[0]),
+            group=[column("__unit", "c")],
         )
-        for i, cap in enumerate(caps)
-    ]
-    units = select(
-        [named(total(huge(x)), level("__lost", i)) for i, x in enumerate(lost)],
-        _trimmed(plan, layout, caps[0]),
-        group=[column("__unit", "c")],
-    )
+    else:
+        units = select(
+            [
+                named(total(huge(_beyond(column("__rows"), cap, i))), level("__lost", i))
+                for i, cap in enumerate(caps)
+            ],
+            table("__chosen"),
+            where=_over_cap(caps[0]),
+            group=[column("__unit")],
+        )
     return select(
         [
             named(_excess_sum(column(level("__lost", i)), cap), name)
