@@ -43,12 +43,17 @@ if TYPE_CHECKING:
 SHOW_TABLES = re.compile(r"(?is)^show\s+(all\s+)?tables$")
 DESCRIBE = re.compile(r"(?is)^(?:describe|desc|show)\s+(.+)$")
 QUERY = re.compile(r"(?is)^\(?\s*(select|with|from|values)\b")
+NAMED = re.compile(r"(?is)show|desc")
+"""A word each of the statements above starts with: a statement without one is none of
+them, told without tokenizing it (a tenth of a millisecond of every query)."""
 
 
 def schema_statement(statement: str, session: Session) -> Result | None:
     """The answer to ``DESCRIBE source`` (or ``SHOW source``), ``SHOW TABLES`` or ``SHOW ALL
     TABLES``, like DuckDB's; None for any other statement. Comments around it and a
     trailing ``;`` are allowed."""
+    if not NAMED.search(statement):
+        return None
     try:
         tokens = PrivSQL().tokenize(statement)
     except TokenError:
