@@ -91,7 +91,47 @@ def balanced_bounds(
         )
         for outer, weights in ((-extremes.low, noisy[:bins]), (extremes.high, noisy[bins:]))
     )
-    return EstimatedBounds(0.0 - low, high, extremes.guessed, extremes.blind)
+    guessed = extremes.guessed or clamps_rows(magnitudes, noisy, unit_weight, total, low, high)
+    return EstimatedBounds(0.0 - low, high, guessed, extremes.blind)
+
+
+CLAMPED_SHARE = 0.02
+"""Bounds are flagged when, beyond them, lie surely more than this share of the rows' weight."""
+
+CLAMPED_DEVIATIONS = 1.5
+"""The clamped weight counts as sure beyond this many standard deviations of its noise."""
+
+CLAMPED_REACH = 2
+"""How many magnitude bins beyond each bound (a factor 2²) the clamped weight is read over."""
+
+
+def clamps_rows(
+    magnitudes: Sequence[float],
+    noisy: Sequence[int],
+    unit_weight: int,
+    epsilon: Fraction,
+    low: float,
+    high: float,
+) -> bool:
+    """Whether the bounds (−``low``, ``high``) surely clamp more than CLAMPED_SHARE of the
+    rows' weight, read from the released ``noisy`` row weights (at ``epsilon``, the negative
+    side's bins then the positive side's): the noisy weight of the CLAMPED_REACH bins beyond
+    each bound, less CLAMPED_DEVIATIONS standard deviations of its noise, against that
+    share of the noisy total (a side whose bound is 0 is not read). The bounds search
+    places a bound at the top of the bulk of the units' extremes and may tighten it, never
+    widen it: a minority of units whose values all lie beyond it (10% of the units holding
+    half the rows) is clamped, and an interval that covers noise only would not say so.
+    Post-processing of the released weights."""
+    bins = len(magnitudes) - 1
+    beyond = [
+        noisy[side * bins + b]
+        for side, bound in ((0, low), (1, high))
+        if bound > 0  # a side at 0: its bins beyond are the magnitudes next to 0, not a reach
+        for b in range(magnitudes.index(bound), min(bins, magnitudes.index(bound) + CLAMPED_REACH))
+    ]
+    spread = math.sqrt(2 * len(beyond)) / float(epsilon)
+    clamped = sum(beyond) / unit_weight - CLAMPED_DEVIATIONS * spread
+    return clamped > CLAMPED_SHARE * sum(noisy) / unit_weight
 
 
 def noisy_row_weights(

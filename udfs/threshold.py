@@ -477,11 +477,13 @@ def variance_threshold(
     # Noise alone exceeds this in any of the buckets with probability about 5%: below it a
     # count is taken as empty, so noise in the many empty buckets of large sizes does not
     # invent heavy units; and a bucket that passes above GAP empty ones is taken as such
-    # noise too (one phantom unit of a huge size would outweigh all real rows).
+    # noise too (one phantom unit of a huge size would outweigh all real rows) unless it
+    # passes twice the floor, which noise alone does with probability about 0.05²/len
+    # (10% of the units holding half the rows were dropped so: docs/utility.md §20).
     floor = math.log(len(sizes) / 0.05) / size_epsilon
     kept, last = [], 0
     for j, n in enumerate(counts):
-        if n > floor and (j - last <= GAP or not any(kept)):
+        if n > floor and (j - last <= GAP or not any(kept) or n > 2 * floor):
             last = j
         kept.append(n > floor and last == j)
     buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
