@@ -42,15 +42,23 @@ CONFIDENCE_Z = 5.3  # each proportion's bound fails with probability < 1e-7
 @pytest.fixture(scope="module")
 def neighbours():
     """D: 300 units with heavy-tailed row counts; D' = D + one unit of 10⁴ extreme rows."""
-    con = duckdb.connect()
-    con.execute("SELECT setseed(0.25)").fetchall()
-    con.execute(
+    con = seeded(
+        0.25,
         "CREATE TABLE visits AS SELECT floor(300 * pow(random(), 3))::INT AS uid, "
-        "(range % 4)::INT AS g, random() * 100 AS v FROM range(20000)"
+        "(range % 4)::INT AS g, random() * 100 AS v FROM range(20000)",
     )
-    install(con)
     yield con
     con.close()
+
+
+def seeded(seed: float, create: str) -> duckdb.DuckDBPyConnection:
+    """A database whose one table ``create`` makes from DuckDB's random() at ``seed``, with
+    the identity release functions installed (``exact_release.install``)."""
+    con = duckdb.connect()
+    con.execute(f"SELECT setseed({seed})").fetchall()
+    con.execute(create)
+    install(con)
+    return con
 
 
 STRATEGIES = ["BOUND ROWS 5", "BOUND WEIGHTS 5", "BOUND CLIP", "BOUND ROWS AUTO", "BOUND AUTO"]
@@ -246,13 +254,11 @@ def test_without_group_keys_the_release_is_one_listed_groups(select, bound, caps
     stage) for the bounding strategies that read each cell's row of ``__chosen`` alone —
     and the check's are the definition's: per row cap c, the units of more than c rows,
     and their rows beyond c in 1/EXCESS_SCALE steps of c, at most EXCESS_SCALE each."""
-    con = duckdb.connect()
-    con.execute("SELECT setseed(0.5)").fetchall()
-    con.execute(
+    con = seeded(
+        0.5,
         "CREATE TABLE t AS SELECT floor(60 * pow(random(), 3))::INT AS uid, 0 AS g, "
-        "CASE WHEN range % 11 = 0 THEN NULL ELSE random() * 100 END AS v FROM range(2000)"
+        "CASE WHEN range % 11 = 0 THEN NULL ELSE random() * 100 END AS v FROM range(2000)",
     )
-    install(con)
     sizes = [n for (n,) in con.execute("SELECT count(*) FROM t GROUP BY uid").fetchall()]
     db = privsql.connect(con, seed=1, insecure=True)
     db.protect("t", privacy_unit="uid")
