@@ -147,8 +147,10 @@ def candidates(generated: str, shape: str) -> dict[str, str]:
     group cap, the other candidates are applied to its SQL as it is.
     """
     out: dict[str, str] = {}
-    skip = replace_cte(generated, "__chosen", "SELECT * FROM __cells")
-    over = replace_cte(generated, "__chosen", CHOSEN_OVER_ONLY)
+    skip = over = None
+    if cte_body(generated, "__cells") is not None:  # else __chosen is the cells stage itself
+        skip = replace_cte(generated, "__chosen", "SELECT * FROM __cells")
+        over = replace_cte(generated, "__chosen", CHOSEN_OVER_ONLY)
     base, prefix = generated, "cand: "
     if skip and skip != generated:
         out["cand: no group-cap step (|keys| <= MAX_GROUPS)"] = skip
