@@ -12,6 +12,7 @@ from privsql.magic import load_ipython_extension
 from privsql.result import Result
 from privsql.session import Budget, Explanation, Session, connect
 from rewriter.errors import (
+    ChargedFailure,
     InvalidOption,
     InvalidPrivacyUnit,
     MissingBounds,
@@ -31,6 +32,7 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "Charge",
+    "ChargedFailure",
     "Explanation",
     "InvalidOption",
     "InvalidPrivacyUnit",

@@ -411,8 +411,9 @@ def describe_cost(
 
 def error_line(error: BaseException, *, quote: bool = True) -> tuple[str, int]:
     """A one-line message and exit code for an exception raised by a query: a syntax error
-    (3); an unknown name, a type mismatch, failing post-processing or any non-privsql error
-    (2); any other privsql error is a refusal (1), which charged nothing.
+    (3); an unknown name, a type mismatch, failing post-processing, a failure after private
+    data was read (charged) or any non-privsql error (2); any other privsql error is a
+    refusal (1), which charged nothing.
 
     Without ``quote`` (a command read from a file) a syntax error does not quote the token
     it stopped at: the file may be anything (a key, a CSV of private data), and its first
@@ -421,7 +422,13 @@ def error_line(error: BaseException, *, quote: bool = True) -> tuple[str, int]:
         if not quote:
             return "error: [syntax] the command does not parse (its text is not shown)", EXIT_SYNTAX
         return f"error: {error}", EXIT_SYNTAX
-    if isinstance(error, (privsql.UnknownName, privsql.TypeMismatch, privsql.PostProcessingError)):
+    errors = (
+        privsql.UnknownName,
+        privsql.TypeMismatch,
+        privsql.PostProcessingError,
+        privsql.ChargedFailure,
+    )
+    if isinstance(error, errors):
         return f"error: {error}", EXIT_ERROR
     if isinstance(error, privsql.PrivacyError):
         message = str(error)

@@ -56,7 +56,7 @@ from rewriter.compiler import (
     threshold_search,
 )
 from rewriter.dialect import to_sql
-from rewriter.errors import InvalidOption, PrivacyError
+from rewriter.errors import ChargedFailure, InvalidOption, PrivacyError
 from rewriter.files import Schema, reader_schema
 from rewriter.fingerprint import answer_spelling, fingerprint_sql
 from rewriter.functions import refuse_defined
@@ -343,7 +343,11 @@ class Session:
         self._engine.check(analysis)
         key = _answer_key(analysis, self.epsilon, self.delta)
         delta = self._checked_delta(analysis)
-        released = self._watched(lambda: self._execute(analysis, catalog, key, delta, state))
+        try:
+            released = self._watched(lambda: self._execute(analysis, catalog, key, delta, state))
+        except ChargedFailure as failure:
+            self._ledger.charge(analysis.written, failure.epsilon, failure.delta, known=state)
+            raise
         query_plan, parts = released.compiled.plan, released.compiled.stages
         assert query_plan is not None and parts is not None
         if released.fresh:
@@ -561,9 +565,17 @@ class Session:
             if (found := self._catalogs.file_fingerprint(catalog, source)) is not None
         }
 
+        read = engine_failed = False  # a search read private data; the engine raised
+
         def searched(search: Search, decided: Decided) -> Decided:
-            summary = search.summary(engine.rows(search.statement, secret))
-            return self._decide(search, summary, decided)
+            nonlocal read, engine_failed
+            try:
+                rows = engine.rows(search.statement, secret)
+            except Exception:
+                engine_failed = True  # withheld by ``Engine.private``, as it always was
+                raise
+            read = True
+            return self._decide(search, search.summary(rows), decided)
 
         def run() -> _Released:
             data = repr(
@@ -588,13 +600,21 @@ class Session:
                 return _Released(data, stored, step, fresh=False)
             epsilon = analysis.options.epsilon or self.epsilon
             self._ledger.check_affordable(epsilon, delta, known=state)
-            step, _ = compile_all(
-                analysis,
-                epsilon=self.epsilon,
-                delta=self.delta,
-                functions=FUNCTIONS,
-                decide=searched,
-            )
+            try:
+                step, _ = compile_all(
+                    analysis,
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    functions=FUNCTIONS,
+                    decide=searched,
+                )
+            except Exception as error:
+                if not read or engine_failed or isinstance(error, PrivacyError):
+                    raise  # before any data was read, the engine's error, or a refusal
+                # Once a search has read private data, a failure of the decisions made from
+                # its noisy summary (or of the compilation they steer) may depend on the
+                # data: it is charged like an answer and says nothing more (red team 42).
+                raise ChargedFailure(epsilon, delta) from None
             assert step.stages is not None
             table = engine.release(step.stages, secret)
             spelt = _respelt(analysis, step.decided, stored=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 class PrivacyError(Exception):
-    """A query or call that privsql refuses; no ε is charged for it."""
+    """A query or call that privsql refuses; no ε is charged for it (but for
+    ``ChargedFailure``, a failure after private data was read)."""
 
     rule = "privacy"
 
@@ -87,3 +88,20 @@ class PostProcessingError(PrivacyError):
     """The analyst's post-processing failed on released values (after they were charged)."""
 
     rule = "post-processing"
+
+
+class ChargedFailure(PrivacyError):
+    """A query failed after it had read private data (its searches or its release ran): its
+    ε was charged, as for an answer, and nothing was released. Whether it fails may depend
+    on the data (or on noise drawn from it), so it may not be free to ask again."""
+
+    rule = "failed"
+
+    def __init__(self, epsilon: float, delta: float) -> None:
+        super().__init__(
+            "the query failed after reading private data: its ε was charged and nothing "
+            "was released"
+        )
+        self.epsilon = epsilon
+        self.delta = delta
+

@@ -496,7 +496,10 @@ def variance_threshold(
     def bias_bound(h: int, mean_sums: Sequence[int], noisy: ClampedSums, bound: int) -> float:
         """|bias(h)| + 2 sd, relative to the mean's bound: the bias estimate is a linear
         combination Σ a_q·M_q/2 of the noisy doubled clamped mean sums, each with variance
-        2(reach/ε)² (``ClampedSums``)."""
+        2(reach/ε)² (``ClampedSums``); 0 when the bound is (bounds low = high: every mean
+        is that value, so no weighting moves it)."""
+        if bound == 0:
+            return 0.0
         weight = sum(n * min(h, s) for s, n in buckets)
         whole = sum(n * s for s, n in buckets)
         shifts = [(min(h, s) / weight - s / whole) * (n > 0) for s, n in buckets]

@@ -26,6 +26,7 @@ BY_RULE = {
     "aggregate": "PV004",
     "bounds": "PV005",
     "post-processing": "PV006",
+    "failed": "PV007",  # the query failed after reading private data: charged
     "privacy": "PV000",
 }
 """SQLSTATE by ``PrivacyError.rule``; other kinds are decided in ``sqlstate``."""
