@@ -769,7 +769,6 @@ class Session:
                 units,
                 exceedances,
                 means,
-                search.half_range,
                 centred,
                 epsilon,
                 self._rng,

@@ -227,7 +227,6 @@ class ThresholdSearch:
     rules: tuple[str, ...]
     epsilon: float
     rank: int
-    half_range: float
     noise_factor: int = 1
     """For v(h): G·m², G released groups and m MAX_GROUPS (see udfs.variance_threshold)."""
 
@@ -461,11 +460,8 @@ def plan(
         rules = tuple(sorted({m.rule for m in builder.measurements if m.kind != "units"}))
         released = _public_groups(analysis)
         rank = math.ceil(bounding.rank_factor * groups * released / share)
-        half_range = max(
-            (m.bound * m.step for m in builder.measurements if m.kind == "centred"), default=1.0
-        )
         search = ThresholdSearch(
-            rules or ("rank",), search_epsilon, rank, half_range, released * groups * groups
+            rules or ("rank",), search_epsilon, rank, released * groups * groups
         )
     group_search = None
     if auto_groups and decided_groups is None:

@@ -65,3 +65,17 @@ def test_a_failure_after_the_data_is_read_is_charged_and_says_nothing(db, monkey
     with pytest.raises(privsql.BudgetExceeded):
         db.sql("SELECT AVG(v) AS a FROM t PRIVACY_UNIT uid EPSILON 5000")
     assert db.budget.spent == pytest.approx(spent + 2)
+
+
+@pytest.mark.parametrize("high", ["1e150", "1e300"])
+def test_an_avg_of_a_huge_range_answers(db, high):
+    """Red team 43: v(h)'s error squared the range (10¹⁵⁰ and up overflowed a double), so
+    every such AVG under BOUND AUTO failed after its search — the same for any data, but
+    charged as a failure. Its terms all scale with the range's square, so the minimiser is
+    found on a range of 1: the query answers (a value within its bounds) and is charged."""
+    spent = db.budget.spent
+    [(value,)] = db.sql(
+        f"SELECT AVG(v CLAMPED BETWEEN 0 AND {high}) AS a FROM t PRIVACY_UNIT uid EPSILON 1"
+    ).fetchall()
+    assert value is not None and 0 <= value <= float(high)
+    assert db.budget.spent == pytest.approx(spent + 1)

@@ -435,7 +435,6 @@ def variance_threshold(
     units: int,
     exceedances: Sequence[int],
     means: Sequence[MeanHistogram],
-    half_range: float,
     measure_epsilon: float,
     epsilon: float,
     rng: RandomSource,
@@ -461,7 +460,8 @@ def variance_threshold(
     groups share the units, and one unit's weight reaches m of them, so each group's noise
     is m·h·B/ε on a count of about n_h/G. ``means`` holds, per AVG, its units and the
     totals of their means per size bucket and bin (``MeanHistogram``); the AVGs' biases
-    are added in units of the widest range.
+    are added in units of the widest range. Every term scales with B², so the minimiser is
+    found with B = 1: a range of 10¹⁵⁰ would overflow a double's square (red team 43).
 
     The bias enters as an upper confidence bound, |bias estimate| + 2 sd (the estimate is
     linear in the noisy mean sums, whose noise scales are public): where the data cannot
@@ -487,7 +487,7 @@ def variance_threshold(
             last = j
         kept.append(n > floor and last == j)
     buckets = [(s, n if k else 0) for s, n, k in zip(sizes, counts, kept, strict=True)]
-    spread = half_range**2 / 3
+    spread = 1 / 3  # σ² of a uniform value on [−B, B], in units of B²
     sums = [
         ([m if k else 0 for m, k in zip(noisy.sums, kept, strict=True)], noisy, histogram.bound)
         for noisy, histogram in zip(noisy_sums, means, strict=True)
@@ -512,8 +512,8 @@ def variance_threshold(
         if kept_weight <= 0:
             return float("inf")
         sampling = sum(n * min(h, s) ** 2 / s for s, n in buckets)
-        noise = 2 * noise_factor * (h * half_range / measure_epsilon) ** 2
-        bias = sum((half_range * bias_bound(h, *parts)) ** 2 for parts in sums)
+        noise = 2 * noise_factor * (h / measure_epsilon) ** 2
+        bias = sum(bias_bound(h, *parts) ** 2 for parts in sums)
         return (spread * sampling + noise) / kept_weight**2 + bias
 
     return min(candidates, key=error)

@@ -109,20 +109,15 @@ def variance_rule(draws: int, share_now: float, seed: int) -> pd.DataFrame:
     rng = udfs.SeededRandom(seed, insecure=True)
     sizes = np.array([1] * 100 + [10])
     exceedances = [int((sizes > cap).sum()) for cap in CANDIDATES]
-    half_range = 65 / 2
     rows = []
     for eps in (0.5, 1.0, 2.0, 5.0, 10.0, 20.0):
         search = eps * share_now
         centred = eps * (1 - share_now) / 2  # AVG: half of the statistic's share
         chosen = [
-            variance_threshold(
-                CANDIDATES, len(sizes), exceedances, [], half_range, centred, search, rng
-            )
+            variance_threshold(CANDIDATES, len(sizes), exceedances, [], centred, search, rng)
             for _ in range(draws)
         ]
-        exact = variance_threshold(
-            CANDIDATES, len(sizes), exceedances, [], half_range, centred, 1e12, rng
-        )
+        exact = variance_threshold(CANDIDATES, len(sizes), exceedances, [], centred, 1e12, rng)
         rows.append(
             {
                 "epsilon": eps,
