@@ -146,23 +146,35 @@ class _TryKeptWhole:
     by then the session's own connection may be running another statement.
 
     A database privsql opened itself (``give_back=False``) keeps the optimiser off once it
-    was turned off: each private part then costs one statement (the setting is still read
-    every time, so a change by anyone else is undone before a private statement runs)
-    instead of three and a cursor.
+    was turned off: each private part then costs no statement of its own when the setting
+    was ``seen`` as the query's catalogue was listed (``DuckDBEngine.tables``) and no
+    session of this process has given a setting back since (``generation``), else one
+    statement that reads it — instead of three and a cursor. Either way a change by
+    anyone else before the query started is undone before a private statement runs.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running = 0
         self._found: list[tuple[duckdb.DuckDBPyConnection, str]] = []
+        self.generation = 0
+        """How many times a setting was given back: a setting seen before is stale after."""
 
     @contextmanager
     def around(
-        self, connection: duckdb.DuckDBPyConnection, *, give_back: bool = True
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        *,
+        give_back: bool = True,
+        seen: tuple[str, int] | None = None,
     ) -> Iterator[None]:
+        """``seen``: the setting as read at ``generation`` (``(setting, generation)``)."""
         with self._lock:
             self._running += 1
-            setting = _disabled_optimizers(connection)
+            if seen is not None and seen[1] == self.generation:
+                setting = seen[0]
+            else:
+                setting = _disabled_optimizers(connection)
             disabled = {name.strip() for name in setting.split(",") if name.strip()}
             if not disabled >= set(DISABLED_OPTIMIZERS):
                 wanted = ",".join(sorted(disabled | set(DISABLED_OPTIMIZERS)))
@@ -176,6 +188,7 @@ class _TryKeptWhole:
                 self._running -= 1
                 if not self._running:
                     found, self._found = self._found, []
+                    self.generation += bool(found)
                     for restorer, setting in reversed(found):
                         # a database a fatal error invalidated refuses this too, and its
                         # error must not replace the withheld outcome of the statement
@@ -216,7 +229,10 @@ def _parameters(statement: str, secret: int) -> Mapping[str, int] | None:
     return None
 
 
-_LOOKUP = "current_setting('search_path'), current_database(), current_schema()"
+_LOOKUP = (
+    "current_setting('search_path'), current_database(), current_schema(), "
+    "current_setting('disabled_optimizers')"
+)
 LISTING = (
     "SELECT database_name, schema_name, table_name, sql, NULL::BIGINT, "
     f"{_LOOKUP}, NULL FROM duckdb_tables() "
@@ -224,7 +240,8 @@ LISTING = (
     f"{_LOOKUP}, {{definition}} FROM duckdb_views() WHERE NOT internal"
 )
 """Every table with its definition and every view with its oid (and ``{definition}``),
-each with where the connection looks unqualified names up (``search_path``)."""
+each with where the connection looks unqualified names up (``search_path``) and the
+optimisers it has turned off (``_TryKeptWhole``)."""
 
 
 def search_path(setting: str, database: str, schema: str) -> tuple[tuple[str, str], ...]:
@@ -255,6 +272,7 @@ class DuckDBEngine:
         ((self._database,),) = connection.execute("SELECT current_database()").fetchall()
         self._listing: tuple[list[tuple], list[tuple[exp.Table, str | None]]] = ([], [])
         self._search_path: tuple[tuple[str, str], ...] = ()
+        self._optimizers: tuple[str, int] | None = None  # as the last listing saw them
 
     def columns(self, source: str) -> list[str]:
         try:
@@ -277,8 +295,10 @@ class DuckDBEngine:
         # DuckDB's many internal views costs more than a small query): a view replaced
         # gets a new oid, a view renamed or moved a new name, and oids are never reused
         # within the process (an attached database gets new ones each time).
+        generation = _try_kept_whole.generation  # before the listing reads the setting
         listing = self._con.execute(LISTING.format(definition="NULL")).fetchall()
-        listed = [row[:-1] for row in listing]
+        self._optimizers = (listing[0][8], generation) if listing else None
+        listed = [row[:-2] for row in listing]
         if listed == self._listing[0]:
             return self._listing[1]
         # The definitions and the listing they go with come from one statement: a view
@@ -289,7 +309,7 @@ class DuckDBEngine:
             definition = sql if oid is not None else None
             found.append((exp.table_(name, db=schema, catalog=database), definition))
         self._search_path = search_path(*rows[0][5:8]) if rows else ()
-        self._listing = ([row[:-1] for row in rows], found)
+        self._listing = ([row[:-2] for row in rows], found)
         return found
 
     def search_path(self) -> tuple[tuple[str, str], ...]:
@@ -311,7 +331,10 @@ class DuckDBEngine:
         return None
 
     def private(self, work: Callable[[], T]) -> T:
-        with _try_kept_whole.around(self._con, give_back=not self._owned):
+        seen, self._optimizers = self._optimizers, None  # one private part per listing
+        with _try_kept_whole.around(
+            self._con, give_back=not self._owned, seen=seen if self._owned else None
+        ):
             self._con.execute("BEGIN TRANSACTION")
             try:
                 return work()

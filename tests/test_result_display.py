@@ -266,6 +266,34 @@ def test_a_database_privsql_opened_keeps_the_optimiser_off_and_turns_it_off_agai
     db.close()
 
 
+def test_a_setting_given_back_after_the_catalogue_was_listed_is_read_again(monkeypatch):
+    """privsql's own database takes the setting from the listing of the query's catalogue
+    (no statement of its own), unless a session of this process gave a setting back
+    since: here another session's private part, begun on a user's connection before the
+    listing, ends after it and restores the setting it found (none)."""
+    from privsql import engines
+
+    db = privsql.connect(budget=100, seed=7, insecure=True)
+    db._con.execute("CREATE TABLE t AS SELECT i AS u FROM range(50) r(i)")
+    other = db._con.cursor()
+    tables, release = engines.DuckDBEngine.tables, engines.DuckDBEngine.release
+    during = []
+
+    def listed_while_another_runs(self):
+        with engines._try_kept_whole.around(other):  # gives back "" as it ends
+            return tables(self)
+
+    def watched(self, stages, secret):
+        during.append(_disabled(self._con))
+        return release(self, stages, secret)
+
+    monkeypatch.setattr(engines.DuckDBEngine, "tables", listed_while_another_runs)
+    monkeypatch.setattr(engines.DuckDBEngine, "release", watched)
+    db.sql("SELECT COUNT(*) AS n FROM t PRIVACY_UNIT u BOUND ROWS 1")
+    assert during == [set(DISABLED_OPTIMIZERS)]
+    db.close()
+
+
 class Terminal(io.StringIO):
     """Standard error as a terminal (where the text bar is drawn)."""
 
