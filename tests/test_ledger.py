@@ -184,10 +184,10 @@ HISTORY_CHANGES = [
 def test_a_history_changed_under_an_open_session_is_refused_before_its_next_charge(
     database, damage
 ):
-    """The history's tail, read with the budget row at each query's start, is checked
-    against the entry the row names (its length, last number and that entry's MAC); a
-    change deeper in the chain, which the tail does not see, is the full check's (the
-    ``history`` property)."""
+    """The history's tail is checked by the next charge, in the transaction that extends
+    it, against the entry the budget row names (its length, last number and that entry's
+    MAC): no answer is returned or charged; a change deeper in the chain, which the tail
+    does not see, is the full check's (the ``history`` property)."""
     with privsql.connect(database) as db:
         db.sql(query(3))
         spent_before = db.budget.spent
