@@ -210,6 +210,19 @@ class Selected:
 
 
 @dataclass(frozen=True)
+class Selection:
+    """A post-processing that computes nothing: released columns as its outputs
+    (``outputs``), rows in the order of released columns (``order``: each ascending, NULLs
+    last — the group keys, as ``_post_processing`` orders them) and the window of them a
+    LIMIT and OFFSET keep (``offset``, ``limit``)."""
+
+    outputs: tuple[Selected, ...]
+    order: tuple[str, ...] = ()
+    offset: int = 0
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
 class Stages:
     """The private query in two parts that meet at a few aggregated relations.
 
@@ -227,10 +240,11 @@ class Stages:
     outputs: tuple[str, ...]
     release: dict[str, str]
     final: str
-    selected: tuple[Selected, ...] | None = None
-    """``final``'s outputs when it only selects released columns, each as it is or as a
-    ``TRY_CAST`` to BIGINT, from every row in order: the table ``final`` returns, which an
-    engine may make from the released table without running ``final``."""
+    selected: Selection | None = None
+    """``final`` when it only selects released columns, each as it is or as a ``TRY_CAST``
+    to BIGINT, in the order of released columns and within a window of rows: the table
+    ``final`` returns, which an engine may make from the released table without running
+    ``final``."""
 
     def statement(self) -> str:
         """Both parts as one statement (parameter ``$privsql_secret``)."""
@@ -1141,10 +1155,12 @@ def _post_processing(plan: Plan, keys: list[str]) -> exp.Select:
     return query
 
 
-def _selected(final: exp.Select) -> tuple[Selected, ...] | None:
-    """``final``'s outputs (``Stages.selected``) when it only selects, else None."""
-    if any(value for arg, value in final.args.items() if arg not in ("expressions", "from_")):
-        return None  # a filter, an order, a limit, DISTINCT, grouping: not only a selection
+def _selected(final: exp.Select) -> Selection | None:
+    """``final`` as a ``Selection`` (``Stages.selected``) when it only selects, orders by
+    released columns ascending with NULLs last, and keeps a window given by whole numbers;
+    else None."""
+    if any(v for a, v in final.args.items() if a not in ("expressions", "from_", *WINDOW)):
+        return None  # a filter, DISTINCT, grouping: not only a selection
     found = []
     for item in final.expressions:
         if not isinstance(item, exp.Alias):
@@ -1155,7 +1171,49 @@ def _selected(final: exp.Select) -> tuple[Selected, ...] | None:
         if not (isinstance(value, exp.Column) and not value.table):
             return None
         found.append(Selected(item.alias, value.name, bigint))
-    return tuple(found)
+    order = final.args.get("order")
+    terms = order.expressions if order is not None else []
+    if not all(_ascending_nulls_last(term) for term in terms):
+        return None
+    window = _window(final)
+    if window is None:
+        return None
+    return Selection(tuple(found), tuple(t.this.name for t in terms), *window)
+
+
+WINDOW = ("order", "limit", "offset")
+"""The parts of a post-processing a ``Selection`` may have besides its outputs."""
+
+
+def _ascending_nulls_last(term: exp.Ordered) -> bool:
+    """Whether ``term`` orders by a released column, ascending, NULLs last."""
+    column = term.this
+    return (
+        isinstance(column, exp.Column)
+        and column.table == RELEASED
+        and not term.args.get("desc")
+        and term.args.get("nulls_first") is False
+    )
+
+
+def _window(final: exp.Select) -> tuple[int, int | None] | None:
+    """The rows ``final``'s OFFSET skips and its LIMIT keeps (0 and None without them), or
+    None where either is not a plain whole number (a percentage, an expression, ties)."""
+    found = []
+    for arg in ("offset", "limit"):
+        clause = final.args.get(arg)
+        if clause is None:
+            found.append(None)
+            continue
+        number = clause.args.get("expression")
+        plain = {k for k, v in clause.args.items() if v} == {"expression"}
+        if not (plain and isinstance(number, exp.Literal) and number.is_int):
+            return None
+        found.append(int(number.this))
+    offset, limit = found
+    if (offset or 0) < 0 or (limit is not None and limit < 0):
+        return None
+    return offset or 0, limit
 
 
 SUPPORT_PREFIX = "__privsql_"

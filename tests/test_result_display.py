@@ -294,6 +294,26 @@ def test_a_setting_given_back_after_the_catalogue_was_listed_is_read_again(monke
     db.close()
 
 
+def test_the_generation_moves_only_once_the_setting_is_given_back(flights_con, monkeypatch):
+    """A listing that reads the moved generation reads the setting as given back: moved
+    before the SET that gives it back, an owned session could read the new generation and
+    then a listing still showing the optimisers off, and trust it (red team 44)."""
+    from privsql import engines
+
+    made, give = [], engines._set_disabled_optimizers
+
+    def recorded(connection, names):
+        made.append((names, engines._try_kept_whole.generation))
+        give(connection, names)
+
+    monkeypatch.setattr(engines, "_set_disabled_optimizers", recorded)
+    before = engines._try_kept_whole.generation
+    with engines._try_kept_whole.around(flights_con):
+        pass
+    assert made == [(",".join(sorted(DISABLED_OPTIMIZERS)), before), ("", before)]
+    assert engines._try_kept_whole.generation == before + 1
+
+
 class Terminal(io.StringIO):
     """Standard error as a terminal (where the text bar is drawn)."""
 
