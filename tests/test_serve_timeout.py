@@ -224,7 +224,10 @@ def test_a_private_query_runs_to_its_charge_through_cancel_requests(database, mo
         try:
             messages = client.query(by_origin(0.25))
             assert [error_code(m) for m in messages] == [None] * len(messages)
-            assert [kind for kind, _ in messages].count(b"D") == 3
+            # every row the answer has (an origin may miss partition selection at this ε)
+            (tag,) = [body for kind, body in messages if kind == b"C"]
+            rows = [kind for kind, _ in messages].count(b"D")
+            assert tag.rstrip(b"\x00") == f"SELECT {rows}".encode() and rows >= 1
             assert sum(arrived) >= 10  # during the release, and after it before the charge
             assert error(client.query(ENDLESS))[b"C"] == "57014"
         finally:
