@@ -72,6 +72,10 @@ class Key:
     domain: exp.Query | None
     size: int | None = None
     """How many public values the domain lists, when it is a list."""
+    kind: exp.DataType | None = None
+    """A private key's type (no domain): its values are released as the data hold them,
+    one per group, so ``generate`` writes each in the one form its group has
+    (``canonical_key``)."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +316,7 @@ def _analyze(
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})
+    kinds = _private_key_kinds(select, key_nodes, [d for d, _ in domains], catalog)
     query = select.copy()
     query.set("privacy", None)
     return Analysis(
@@ -319,7 +324,9 @@ def _analyze(
         options=options,
         source=source,
         unit=unit,
-        keys=tuple(Key(k, d, n) for k, (d, n) in zip(key_nodes, domains, strict=True)),
+        keys=tuple(
+            Key(k, d, n, t) for k, (d, n), t in zip(key_nodes, domains, kinds, strict=True)
+        ),
         aggregates=aggregates,
         sources=tuple(_sources(select)),
         written=to_sql(text, copy=False),  # text is a copy made to be printed
@@ -668,6 +675,48 @@ def _key_domains(
             f"keys given for {', '.join(sorted(unknown))}, which is not a GROUP BY key"
         )
     return domains
+
+
+UNRELEASABLE_KEYS = (exp.DType.TIMETZ,)
+"""Key types whose values DuckDB hands over without part of them: a TIMETZ's offset
+(``'12:00+01'`` and ``'12:00+02'``, two groups, both released as 12:00, and tied in the
+order of rows — which then told whether a unit held a listed key; red team 45)."""
+
+
+def _private_key_kinds(
+    select: exp.Select,
+    keys: list[exp.Expr],
+    domains: list[exp.Query | None],
+    catalog: Catalog,
+) -> list[exp.DataType | None]:
+    """Each private key's type (None for a key with public values), after refusing keys no
+    release can show as one value per group: a nested value (a list, struct, map or union
+    may hold -0.0 beside 0.0 or text under a collation, equal to DuckDB yet released in
+    whichever form its group's first row had) and the types of ``UNRELEASABLE_KEYS``."""
+    if not keys:
+        return []
+    named = over_from(select, keys).sql(dialect="duckdb")
+    files = any(isinstance(t.this, exp.Func) for t in select.find_all(exp.Table))
+    memo = ("key types", named)  # a file's schema may change without the catalogue knowing
+    kinds = None if files else catalog.memo.get(memo)
+    if kinds is None:
+        kinds = [exp.DataType.build(k, dialect="duckdb") for k in catalog.types(named)]
+        if not files:
+            catalog.memo[memo] = kinds
+    found: list[exp.DataType | None] = []
+    for kind, domain in zip(kinds, domains, strict=True):
+        if kind.is_type(*UNRELEASABLE_KEYS):
+            raise UnsupportedQuery(
+                f"a GROUP BY key of type {kind.sql(dialect='duckdb')} cannot be released: "
+                "cast it (to TIME, or TIMESTAMPTZ with a date)"
+            )
+        if domain is None and kind.is_type(*exp.DataType.NESTED_TYPES):
+            raise UnsupportedQuery(
+                f"a GROUP BY key of type {kind.sql(dialect='duckdb')} needs public values "
+                "(keys=, or the owner's declaration): group by its parts instead"
+            )
+        found.append(kind.copy() if domain is None else None)
+    return found
 
 
 def _key_names(select: exp.Select, keys: list[exp.Expr]) -> list[str | None]:

@@ -387,7 +387,7 @@ class _Builder:
                 "of one type (DuckDB's equality between others can make distinct units equal)"
             )
         if exp.DataType.build(kinds[0], dialect="duckdb").is_type(*exp.DataType.TEXT_TYPES):
-            return exp.EQ(this=_binary(node.this), expression=_binary(node.expression))
+            return exp.EQ(this=byte_for_byte(node.this), expression=byte_for_byte(node.expression))
         return node.copy()
 
     def same_type(self, node: exp.Expr, select: exp.Select) -> bool:
@@ -440,8 +440,10 @@ def _exactly_comparable(first: str, second: str) -> bool:
     return first == second or {first, second} <= EXACT_INTEGERS
 
 
-def _binary(column: exp.Expr) -> exp.Expr:
-    return exp.Collate(this=column.copy(), expression=exp.Var(this="POSIX"))
+def byte_for_byte(text: exp.Expr) -> exp.Expr:
+    """``text`` compared by its bytes, whatever collation it has (``COLLATE POSIX``; the
+    Spark engine's ``UTF8_BINARY``)."""
+    return exp.Collate(this=text.copy(), expression=exp.Var(this="POSIX"))
 
 
 def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
