@@ -73,9 +73,9 @@ class Key:
     size: int | None = None
     """How many public values the domain lists, when it is a list."""
     kind: exp.DataType | None = None
-    """A private key's type (no domain): its values are released as the data hold them,
-    one per group, so ``generate`` writes each in the one form its group has
-    (``canonical_key``)."""
+    """The key's type when the keys are released from the data (partition selection: one
+    of them has no public values): one value per group, so ``generate`` writes each in the
+    one form its group has (``canonical_key``)."""
 
 
 @dataclass(frozen=True)
@@ -689,9 +689,11 @@ def _private_key_kinds(
     domains: list[exp.Query | None],
     catalog: Catalog,
 ) -> list[exp.DataType | None]:
-    """Each private key's type (None for a key with public values), after refusing keys no
-    release can show as one value per group: a nested value (a list, struct, map or union
-    may hold -0.0 beside 0.0 or text under a collation, equal to DuckDB yet released in
+    """Each key's type where the keys are released from the data — all of them once one is
+    private: partition selection then releases every key from the groups, a listed one
+    too (red team 46) — else None; after refusing keys no release can show as one value
+    per group: a nested or VARIANT private key (which may hold -0.0 beside 0.0, text under
+    a collation, or an INTEGER beside an equal BIGINT, equal to DuckDB yet released in
     whichever form its group's first row had) and the types of ``UNRELEASABLE_KEYS``."""
     if not keys:
         return []
@@ -703,20 +705,19 @@ def _private_key_kinds(
         kinds = [exp.DataType.build(k, dialect="duckdb") for k in catalog.types(named)]
         if not files:
             catalog.memo[memo] = kinds
-    found: list[exp.DataType | None] = []
+    selected = any(domain is None for domain in domains)
     for kind, domain in zip(kinds, domains, strict=True):
         if kind.is_type(*UNRELEASABLE_KEYS):
             raise UnsupportedQuery(
                 f"a GROUP BY key of type {kind.sql(dialect='duckdb')} cannot be released: "
                 "cast it (to TIME, or TIMESTAMPTZ with a date)"
             )
-        if domain is None and kind.is_type(*exp.DataType.NESTED_TYPES):
+        if domain is None and kind.is_type(*exp.DataType.NESTED_TYPES, exp.DType.VARIANT):
             raise UnsupportedQuery(
                 f"a GROUP BY key of type {kind.sql(dialect='duckdb')} needs public values "
                 "(keys=, or the owner's declaration): group by its parts instead"
             )
-        found.append(kind.copy() if domain is None else None)
-    return found
+    return [kind.copy() if selected else None for kind in kinds]
 
 
 def _key_names(select: exp.Select, keys: list[exp.Expr]) -> list[str | None]:

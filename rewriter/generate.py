@@ -608,13 +608,14 @@ ROW = "__row"
 
 
 def canonical_key(key: exp.Expr, kind: exp.DataType | None) -> exp.Expr:
-    """A private key (of type ``kind``; None for a key with public values) in one form per
-    group. DuckDB groups values it finds equal and releases whichever form the group's
-    first row had: -0.0 or 0.0, a NaN's sign, ``'Smith'`` or ``'SMITH'`` under a NOCASE
-    collation, ``INTERVAL '1 month'`` or ``'30 days'`` — one unit's raw value, without
-    noise (red team 45). So a float's zero and NaN are written as one value each, text is
-    grouped by its bytes (``byte_for_byte``: each spelling its own group, selected as any
-    group is) and an interval is normalised; other types' equal values are identical."""
+    """A key released from the data (of type ``kind``; None where the keys come from their
+    public domains) in one form per group. DuckDB groups values it finds equal and
+    releases whichever form the group's first row had: -0.0 or 0.0, a NaN's sign,
+    ``'Smith'`` or ``'SMITH'`` under a NOCASE collation, ``INTERVAL '1 month'`` or
+    ``'30 days'`` — one unit's raw value, without noise (red team 45). So a float's zero
+    and NaN are written as one value each, text is grouped by its bytes (``byte_for_byte``:
+    each spelling its own group, selected as any group is) and an interval is normalised;
+    other types' equal values are identical."""
     if kind is None:
         return key
     if kind.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):

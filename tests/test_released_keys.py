@@ -66,7 +66,9 @@ def test_a_private_key_is_released_in_one_form_per_group(
     assert _released_keys(alone, query) == _released_keys(beside, query)
 
 
-@pytest.mark.parametrize("kind", ["TIMETZ", "DOUBLE[]", "STRUCT(a DOUBLE)", "MAP(VARCHAR, INT)"])
+@pytest.mark.parametrize(
+    "kind", ["TIMETZ", "DOUBLE[]", "STRUCT(a DOUBLE)", "MAP(VARCHAR, INT)", "VARIANT"]
+)
 def test_a_key_no_release_shows_whole_is_refused(kind: str) -> None:
     """A TIMETZ loses its offset on the way out (two groups tied as one time: the order
     told whether a unit held a listed key); a nested private key may hold any of the
@@ -83,3 +85,29 @@ def test_a_listed_timetz_key_is_refused() -> None:
     with pytest.raises(PrivacyError, match="GROUP BY key of type"):
         db.sql(query, keys={"k": ["12:00:00+01", "12:00:00+02"]})
     assert db.budget.spent == 0
+
+
+@pytest.mark.parametrize(
+    ("column", "common", "planted", "listed"),
+    [
+        ("v VARCHAR COLLATE NOCASE", "'aa'", "'AA'", "aa"),
+        ("v INTERVAL", "INTERVAL '30 days'", "INTERVAL '1 month'", "30 days"),
+    ],
+)
+def test_a_listed_key_beside_a_private_one_is_released_in_one_form(
+    column: str, common: str, planted: str, listed: object
+) -> None:
+    """With one key private, partition selection releases every key from the groups, a
+    listed one too (red team 46: the listed key ``k`` showed the planted unit's form)."""
+    ddl = f"CREATE TABLE t (uid BIGINT, d INT, {column})"
+    query = (
+        "SELECT v AS k, d, COUNT(*) AS n FROM t GROUP BY v, d "
+        "PRIVACY_UNIT uid BOUND ROWS 3 MAX_GROUPS 1 EPSILON 1"
+    )
+    planting = f"INSERT INTO t SELECT -1, 0, {planted} FROM range(3)"
+    rows = f"INSERT INTO t SELECT i // 3, 0, {common} FROM range(3000) r(i)"
+    found = [
+        {_bits(v) for v in db.sql(query, keys={"k": [listed]}).arrow().column("k").to_pylist()}
+        for db in (_session(ddl, [rows]), _session(ddl, [planting, rows]))
+    ]
+    assert found[0] == found[1]
