@@ -40,6 +40,7 @@ from rewriter.ir import Relation, build, public_ctes
 from rewriter.options import PrivacyOptions, read_options
 from rewriter.relations import PRIVATE_BODY, Relations, over_from
 from rewriter.resolve import IDENTITY, check_source, resolve
+from rewriter.sqlbuild import CANONICAL_KEYS
 from rewriter.statements import unparsed
 from rewriter.temporal import measure_as_numbers
 
@@ -683,6 +684,30 @@ UNRELEASABLE_KEYS = (exp.DType.TIMETZ,)
 order of rows — which then told whether a unit held a listed key; red team 45)."""
 
 
+RELEASED_FROM_DATA = (
+    *exp.DataType.INTEGER_TYPES,
+    exp.DType.BIGNUM,
+    exp.DType.DECIMAL,
+    exp.DType.BOOLEAN,
+    exp.DType.UUID,
+    exp.DType.VARBINARY,
+    exp.DType.ENUM,
+    exp.DType.DATE,
+    exp.DType.TIME,
+    exp.DType.TIMESTAMP,
+    exp.DType.TIMESTAMPNTZ,
+    exp.DType.TIMESTAMP_S,
+    exp.DType.TIMESTAMP_MS,
+    exp.DType.TIMESTAMP_NS,
+    exp.DType.TIMESTAMPTZ,
+    *CANONICAL_KEYS,
+)
+"""The key types released from the data (partition selection): those whose values DuckDB
+finds equal only when they are identical, and those ``generate.canonical_key`` writes in
+one form (``CANONICAL_KEYS``). Any other is refused there: what is not
+known to show one form per group is not released."""
+
+
 def _private_key_kinds(
     select: exp.Select,
     keys: list[exp.Expr],
@@ -692,9 +717,10 @@ def _private_key_kinds(
     """Each key's type where the keys are released from the data — all of them once one is
     private: partition selection then releases every key from the groups, a listed one
     too (red team 46) — else None; after refusing keys no release can show as one value
-    per group: a nested or VARIANT private key (which may hold -0.0 beside 0.0, text under
-    a collation, or an INTEGER beside an equal BIGINT, equal to DuckDB yet released in
-    whichever form its group's first row had) and the types of ``UNRELEASABLE_KEYS``."""
+    per group: the types of ``UNRELEASABLE_KEYS``, and keys released from the data of any
+    type outside ``RELEASED_FROM_DATA`` (a nested or VARIANT value may hold -0.0 beside
+    0.0, text under a collation, or an INTEGER beside an equal BIGINT: equal to DuckDB,
+    released in whichever form its group's first row had)."""
     if not keys:
         return []
     named = over_from(select, keys).sql(dialect="duckdb")
@@ -702,20 +728,23 @@ def _private_key_kinds(
     memo = ("key types", named)  # a file's schema may change without the catalogue knowing
     kinds = None if files else catalog.memo.get(memo)
     if kinds is None:
-        kinds = [exp.DataType.build(k, dialect="duckdb") for k in catalog.types(named)]
+        try:
+            kinds = [exp.DataType.build(k, dialect="duckdb") for k in catalog.types(named)]
+        except SqlglotError:
+            raise UnsupportedQuery("a GROUP BY key is of a type privsql does not read") from None
         if not files:
             catalog.memo[memo] = kinds
     selected = any(domain is None for domain in domains)
-    for kind, domain in zip(kinds, domains, strict=True):
+    for kind in kinds:
         if kind.is_type(*UNRELEASABLE_KEYS):
             raise UnsupportedQuery(
                 f"a GROUP BY key of type {kind.sql(dialect='duckdb')} cannot be released: "
                 "cast it (to TIME, or TIMESTAMPTZ with a date)"
             )
-        if domain is None and kind.is_type(*exp.DataType.NESTED_TYPES, exp.DType.VARIANT):
+        if selected and not kind.is_type(*RELEASED_FROM_DATA):
             raise UnsupportedQuery(
                 f"a GROUP BY key of type {kind.sql(dialect='duckdb')} needs public values "
-                "(keys=, or the owner's declaration): group by its parts instead"
+                "(keys=, or the owner's declaration) for every key, or group by its parts"
             )
     return [kind.copy() if selected else None for kind in kinds]
 

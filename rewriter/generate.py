@@ -56,7 +56,7 @@ from rewriter.aggregates import SPECS, Form
 from rewriter.analyze import Analysis
 from rewriter.dialect import output_name, to_sql
 from rewriter.guard import never_raise
-from rewriter.ir import byte_for_byte, private_rows
+from rewriter.ir import private_rows
 from rewriter.plan import (
     BUCKETS,
     MEAN_BINS,
@@ -73,6 +73,7 @@ from rewriter.sqlbuild import (
     Layout,
     at_most,
     call,
+    canonical_key,
     chosen_over,
     coalesce,
     column,
@@ -605,36 +606,6 @@ def _rows(analysis: Analysis, keys: list[str], row_values: list, values: list[st
 
 ROW = "__row"
 """The inner layer of ``__source``: one row per private row, each analyst expression once."""
-
-
-def canonical_key(key: exp.Expr, kind: exp.DataType | None) -> exp.Expr:
-    """A key released from the data (of type ``kind``; None where the keys come from their
-    public domains) in one form per group. DuckDB groups values it finds equal and
-    releases whichever form the group's first row had: -0.0 or 0.0, a NaN's sign,
-    ``'Smith'`` or ``'SMITH'`` under a NOCASE collation, ``INTERVAL '1 month'`` or
-    ``'30 days'`` — one unit's raw value, without noise (red team 45). So a float's zero
-    and NaN are written as one value each, text is grouped by its bytes (``byte_for_byte``:
-    each spelling its own group, selected as any group is) and an interval is normalised;
-    other types' equal values are identical."""
-    if kind is None:
-        return key
-    if kind.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
-        return exp.Case(
-            ifs=[
-                exp.If(this=exp.EQ(this=key.copy(), expression=number(0)), true=_typed(0, kind)),
-                exp.If(this=call("isnan", key.copy()), true=_typed("nan", kind)),
-            ],
-            default=key,
-        )
-    if kind.is_type(exp.DType.TEXT, exp.DType.VARCHAR):
-        return byte_for_byte(key)
-    if kind.is_type(exp.DType.INTERVAL):
-        return call("normalized_interval", key)
-    return key
-
-
-def _typed(value: int | str, kind: exp.DataType) -> exp.Cast:
-    return exp.Cast(this=exp.Literal.string(str(value)), to=kind.copy())
 
 
 def _cells(layout: Layout) -> exp.Select:

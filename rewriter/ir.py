@@ -48,7 +48,7 @@ from rewriter.files import INTEGERS
 from rewriter.guard import condition, never_raise_named
 from rewriter.relations import Origin, Relations, items, source_sql
 from rewriter.resolve import IDENTITY
-from rewriter.sqlbuild import secret_hash
+from rewriter.sqlbuild import byte_for_byte, secret_hash
 
 RANK = "__privsql_rank"
 """The column ranking a heavy unit's rows in the join cap (a plain filter on it rather than
@@ -438,12 +438,6 @@ against any other is compared as DOUBLE)."""
 
 def _exactly_comparable(first: str, second: str) -> bool:
     return first == second or {first, second} <= EXACT_INTEGERS
-
-
-def byte_for_byte(text: exp.Expr) -> exp.Expr:
-    """``text`` compared by its bytes, whatever collation it has (``COLLATE POSIX``; the
-    Spark engine's ``UTF8_BINARY``)."""
-    return exp.Collate(this=text.copy(), expression=exp.Var(this="POSIX"))
 
 
 def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:

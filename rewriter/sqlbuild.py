@@ -269,3 +269,45 @@ def over(plan: Plan) -> list[exp.Alias]:
 
 def at_most(node: exp.Expr, cap: int) -> exp.LTE:
     return exp.LTE(this=node, expression=number(cap))
+
+
+def byte_for_byte(text: exp.Expr) -> exp.Expr:
+    """``text`` compared by its bytes, whatever collation it has (``COLLATE POSIX``; the
+    Spark engine's ``UTF8_BINARY``)."""
+    return exp.Collate(this=text.copy(), expression=exp.Var(this="POSIX"))
+
+
+CANONICAL_KEYS = (exp.DType.DOUBLE, exp.DType.FLOAT, *exp.DataType.TEXT_TYPES, exp.DType.INTERVAL)
+"""The key types whose equal values DuckDB may hold in several forms, written in one by
+``canonical_key``."""
+
+
+def canonical_key(key: exp.Expr, kind: exp.DataType | None) -> exp.Expr:
+    """A key released from the data (of type ``kind``; None where the keys come from their
+    public domains) in one form per group. DuckDB groups values it finds equal and
+    releases whichever form the group's first row had: -0.0 or 0.0, a NaN's sign,
+    ``'Smith'`` or ``'SMITH'`` under a NOCASE collation, ``INTERVAL '1 month'`` or
+    ``'30 days'`` — one unit's raw value, without noise (red team 45). So a float's zero
+    and NaN are written as one value each, text is grouped by its bytes (``byte_for_byte``:
+    each spelling its own group, selected as any group is) and an interval is normalised;
+    the key types ``rewriter.analyze.RELEASED_FROM_DATA`` admits besides these hold equal
+    values identical."""
+    if kind is None:
+        return key
+    if kind.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
+        return exp.Case(
+            ifs=[
+                exp.If(this=exp.EQ(this=key.copy(), expression=number(0)), true=_typed(0, kind)),
+                exp.If(this=call("isnan", key.copy()), true=_typed("nan", kind)),
+            ],
+            default=key,
+        )
+    if kind.is_type(*exp.DataType.TEXT_TYPES):
+        return byte_for_byte(key)
+    if kind.is_type(exp.DType.INTERVAL):
+        return call("normalized_interval", key)
+    return key
+
+
+def _typed(value: int | str, kind: exp.DataType) -> exp.Cast:
+    return exp.Cast(this=exp.Literal.string(str(value)), to=kind.copy())

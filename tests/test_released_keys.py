@@ -19,6 +19,7 @@ from privsql import PrivacyError
 def _session(ddl: str, rows: list[str]) -> privsql.Session:
     con = duckdb.connect()
     con.execute("SET threads = 1")  # rows in the order they were written
+    con.execute("SET default_collation = 'nocase'")  # the owner's: JSON text compares so too
     con.execute(ddl)
     for statement in rows:  # in this order: the planted unit's rows first
         con.execute(statement)
@@ -67,12 +68,15 @@ def test_a_private_key_is_released_in_one_form_per_group(
 
 
 @pytest.mark.parametrize(
-    "kind", ["TIMETZ", "DOUBLE[]", "STRUCT(a DOUBLE)", "MAP(VARCHAR, INT)", "VARIANT"]
+    "kind",
+    ["TIMETZ", "DOUBLE[]", "STRUCT(a DOUBLE)", "MAP(VARCHAR, INT)", "VARIANT", "GEOMETRY", "JSON"],
 )
 def test_a_key_no_release_shows_whole_is_refused(kind: str) -> None:
     """A TIMETZ loses its offset on the way out (two groups tied as one time: the order
-    told whether a unit held a listed key); a nested private key may hold any of the
-    forms above. Refused before anything runs or is charged."""
+    told whether a unit held a listed key); a nested or VARIANT private key may hold any
+    of the forms above; JSON is text DuckDB compares under the owner's default collation
+    (red team 47) and will not group byte for byte. Only the types known to show one form
+    per group are released from the data. Refused before anything runs or is charged."""
     db = _session(f"CREATE TABLE t (uid BIGINT, v {kind})", [])
     with pytest.raises(PrivacyError, match="GROUP BY key of type"):
         db.sql("SELECT v AS k, COUNT(*) AS n FROM t GROUP BY v PRIVACY_UNIT uid BOUND ROWS 3")
