@@ -703,7 +703,7 @@ RELEASED_FROM_DATA = (
     *CANONICAL_KEYS,
 )
 """The key types released from the data (partition selection): those whose values DuckDB
-finds equal only when they are identical, and those ``generate.canonical_key`` writes in
+finds equal only when they are identical, and those ``sqlbuild.canonical_key`` writes in
 one form (``CANONICAL_KEYS``). Any other is refused there: what is not
 known to show one form per group is not released."""
 
