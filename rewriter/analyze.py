@@ -888,9 +888,16 @@ def _first_of_each(typed: exp.Query) -> str:
 
 
 def _literal(value: object) -> exp.Expr:
-    """A key value as SQL; a non-finite float by its name (``exp.convert`` makes NaN NULL)."""
+    """A key value as SQL; a non-finite float by its name (``exp.convert`` makes NaN NULL).
+    Text that is not Unicode DuckDB can read (a lone surrogate) is refused here: DuckDB's
+    Python client raised a bare ``RuntimeError`` on it (red team 45)."""
     if isinstance(value, float) and not math.isfinite(value):
         return exp.Literal.string(str(value))
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidOption("a key value is not valid Unicode text") from None
     return exp.convert(value)
 
 

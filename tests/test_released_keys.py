@@ -115,3 +115,11 @@ def test_a_listed_key_beside_a_private_one_is_released_in_one_form(
         for db in (_session(ddl, [rows]), _session(ddl, [planting, rows]))
     ]
     assert found[0] == found[1]
+
+
+def test_a_key_list_with_text_duckdb_cannot_read_is_refused() -> None:
+    db = _session("CREATE TABLE t (uid BIGINT, v VARCHAR)", [])
+    query = "SELECT v AS k, COUNT(*) AS n FROM t GROUP BY v PRIVACY_UNIT uid BOUND ROWS 3"
+    with pytest.raises(PrivacyError, match="not valid Unicode"):
+        db.sql(query, keys={"k": ["a", "\ud800"]})
+    assert db.budget.spent == 0
