@@ -317,7 +317,7 @@ def _analyze(
     if not aggregates and not key_nodes:
         raise NonPrivateOutput("the query releases nothing private: add a DP aggregate")
     domains = _key_domains(select, key_nodes, relations, catalog, keys or {})
-    kinds = _private_key_kinds(select, key_nodes, [d for d, _ in domains], catalog)
+    kinds = _released_key_kinds(select, key_nodes, [d for d, _ in domains], catalog)
     query = select.copy()
     query.set("privacy", None)
     return Analysis(
@@ -708,7 +708,7 @@ one form (``CANONICAL_KEYS``). Any other is refused there: what is not
 known to show one form per group is not released."""
 
 
-def _private_key_kinds(
+def _released_key_kinds(
     select: exp.Select,
     keys: list[exp.Expr],
     domains: list[exp.Query | None],

@@ -1212,10 +1212,8 @@ def _window(final: exp.Select) -> tuple[int, int | None] | None:
         plain = {k for k, v in clause.args.items() if v} == {"expression"}
         if not (plain and isinstance(number, exp.Literal) and number.is_int):
             return None
-        found.append(int(number.this))
+        found.append(int(number.this))  # a literal is never negative: -1 is a Neg
     offset, limit = found
-    if (offset or 0) < 0 or (limit is not None and limit < 0):
-        return None
     return offset or 0, limit
 
 

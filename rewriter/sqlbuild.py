@@ -304,8 +304,8 @@ def canonical_key(key: exp.Expr, kind: exp.DataType | None) -> exp.Expr:
         )
     if kind.is_type(*exp.DataType.TEXT_TYPES):
         return byte_for_byte(key)
-    if kind.is_type(exp.DType.INTERVAL):
-        return call("normalized_interval", key)
+    if kind.is_type(exp.DType.INTERVAL):  # guarded: the one step here that computes
+        return exp.Try(this=call("normalized_interval", key))
     return key
 
 
